@@ -1,0 +1,3 @@
+from gradguard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""The analysis library's entry point: source text in, findings out.
+
+Parses with `ast` (ten times faster than libcst on this machine; libcst is used only to
+build fix edits), runs the flow engine to record facts, and lets every rule report.
+No editor types and no torch import anywhere below this module.
+"""
+from __future__ import annotations
+
+import ast
+import warnings
+
+from gradguard.engine.interp import AnalysisTimeout, Interpreter
+from gradguard.findings import Finding
+from gradguard.rules import ALL_RULES
+
+__all__ = ["AnalysisTimeout", "analyze", "parse"]
+
+
+def parse(source: str, path: str = "<string>") -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escape sequences etc. are not ours to report
+        return ast.parse(source, filename=path)
+
+
+def analyze(source: str, *, path: str = "<string>", deadline: float | None = None) -> list[Finding]:
+    """All rules' findings for one module, sorted by position.
+
+    Raises SyntaxError if the text does not parse and AnalysisTimeout past `deadline`
+    (a `time.monotonic()` value)."""
+    tree = parse(source, path)
+    facts = Interpreter(source, tree, deadline).run()
+    findings: dict = {}
+    for rule_cls in ALL_RULES:
+        for f in rule_cls().check(facts):
+            findings.setdefault((f.span, f.code), f)
+    return sorted(findings.values(), key=lambda f: (f.span.line, f.span.column, f.code))

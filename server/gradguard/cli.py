@@ -1,0 +1,178 @@
+"""The `gradguard` command: check files, list the rules, show one rule's documentation.
+
+Every error is one line on stderr with its cause.  Exit codes (the README has the table):
+0 nothing found; 1 findings, or a file that could not be checked because of its content
+(a syntax error, bytes that do not decode, a broken notebook, an analysis that ran out of
+time) -- like ruff, which reports a file that does not parse as a finding; 2 a usage or
+configuration error, a missing path, or an internal error in GradGuard.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from gradguard import __version__
+from gradguard.config import ConfigError, load_config, load_config_file
+
+
+class UsageError(Exception):
+    """A wrong command line; `str()` is the one line to print."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage plus the error; one line is enough
+        raise UsageError(f"{self.prog}: error: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gradguard", description="Finds PyTorch autograd bugs before the code runs.")
+    parser.add_argument("--version", action="version", version=f"gradguard {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    check = commands.add_parser("check", help="check Python files, notebooks and directories")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="files, or directories to walk for *.py and *.ipynb")
+    check.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    check.add_argument("--select", type=_code_list, metavar="CODES",
+                       help="comma-separated codes or prefixes to report, instead of the configured select and ignore")
+    check.add_argument("--ignore", type=_code_list, metavar="CODES",
+                       help="comma-separated codes or prefixes not to report, added to the configured ignore")
+    check.add_argument("--config", type=Path, metavar="FILE",
+                       help="the pyproject.toml to read (default: the nearest one with [tool.gradguard])")
+    check.add_argument("--timeout", type=float, metavar="S", help="seconds of analysis allowed per file")
+    check.set_defaults(run=run_check)
+
+    rules = commands.add_parser("rules", help="list the rules")
+    rules.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    rules.set_defaults(run=run_rules)
+
+    rule = commands.add_parser("rule", help="show the documentation of one rule")
+    rule.add_argument("code", metavar="CODE")
+    rule.set_defaults(run=run_rule)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # never die on a message the terminal cannot encode
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            raise UsageError("gradguard: error: a command is required: check, rules or rule (see --help)")
+        return args.run(args)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+    except ConfigError as exc:
+        print(f"gradguard: error: {exc}", file=sys.stderr)
+    except SystemExit as exc:  # --help and --version
+        return exc.code or 0
+    return 2
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from gradguard.api import check_file, iter_python_files  # loads the engine: only when checking
+
+    missing = [path for path in args.paths if not os.path.lexists(path)]
+    if missing:
+        raise UsageError(f"gradguard check: error: no such file or directory: {missing[0]}")
+    if args.config:
+        config = load_config_file(args.config)
+    else:  # one configuration for the run, found from the paths' common directory (as black does)
+        config = load_config(Path(os.path.commonpath([os.path.abspath(path) for path in args.paths])))
+    overrides: dict = {"timeout": args.timeout}
+    if args.select is not None:
+        overrides.update(select=args.select, ignore=[])
+    if args.ignore is not None:
+        overrides["ignore"] = [*overrides.get("ignore", config.ignore), *args.ignore]
+    config = config.merged(overrides, "command line")
+    if not config.enabled:
+        print(f"gradguard: disabled by 'enabled = false' in {config.root}", file=sys.stderr)
+        return 0
+
+    found = []  # (result, finding) in output order
+    files = failed = 0
+    internal = False
+    for path in iter_python_files(args.paths, config):
+        result = check_file(path, config)
+        files += 1
+        if result.error:
+            print(result.error, file=sys.stderr, flush=True)
+            failed += 1
+            internal = internal or result.internal
+        if args.format == "text":
+            for finding in result.findings:
+                print(_text(result, finding))
+        found.extend((result, finding) for finding in result.findings)
+    if args.format == "json":
+        print(json.dumps([_record(result, finding) for result, finding in found], indent=2))
+    else:
+        print(_summary(files, failed, [finding.severity for _, finding in found]))
+    return 2 if internal else 1 if found or failed else 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    from gradguard.rules import ALL_RULES
+
+    if args.format == "json":
+        print(json.dumps([{"code": rule.code, "name": rule.name, "predicts": rule.predicts,
+                           "severity": rule.severity, "summary": rule.summary} for rule in ALL_RULES], indent=2))
+    else:
+        width = max((len(rule.name) for rule in ALL_RULES), default=0)
+        for rule in ALL_RULES:
+            print(f"{rule.code}  {rule.severity:<7}  {rule.name:<{width}}  {rule.summary}")
+    return 0
+
+
+def run_rule(args: argparse.Namespace) -> int:
+    from gradguard.rules import rule_by_code
+
+    rule = rule_by_code(args.code.strip().upper())
+    if rule is None:
+        raise UsageError(f"gradguard rule: error: unknown rule code {args.code!r} (see `gradguard rules`)")
+    print(rule.doc(), end="")
+    return 0
+
+
+def _code_list(text: str) -> list[str]:
+    return [code.strip() for code in text.split(",") if code.strip()]
+
+
+def _text(result, finding) -> str:
+    """`path:line:col: CODE [severity] message`, then one indented line per related location."""
+    span = finding.span
+    lines = [f"{result.where(span.line, span.column + 1)}: {finding.code} [{finding.severity}] {finding.message}"]
+    lines += [f"    {result.where(rel.span.line, rel.span.column + 1)}: {rel.message}" for rel in finding.related]
+    return "\n".join(lines)
+
+
+def _record(result, finding) -> dict:
+    """The JSON form of a finding: 1-based lines and columns, `cell` set in notebooks only."""
+    span = finding.span
+    cell, line = result.locate(span.line)
+    related = [{"path": result.path, "cell": rel_cell, "line": rel_line, "column": rel.span.column + 1,
+                "message": rel.message}
+               for rel in finding.related for rel_cell, rel_line in [result.locate(rel.span.line)]]
+    return {"path": result.path, "cell": cell, "line": line, "column": span.column + 1,
+            "end_line": result.locate(span.end_line)[1], "end_column": span.end_column + 1,
+            "code": finding.code, "name": finding.name, "severity": finding.severity,
+            "message": finding.message, "related": related}
+
+
+def _summary(files: int, failed: int, severities: list[str]) -> str:
+    """`Found 3 problems (2 errors, 1 warning) in 10 files.` and files that could not be checked."""
+    if severities:
+        counts = {level: severities.count(level) for level in dict.fromkeys(severities)}
+        detail = ", ".join(_plural(n, level) for level, n in counts.items())
+        text = f"Found {_plural(len(severities), 'problem')} ({detail}) in {_plural(files, 'file')}."
+    else:
+        text = f"No problems found in {_plural(files, 'file')}."
+    if failed:
+        text += f" {_plural(failed, 'file')} could not be checked (see the messages above)."
+    return text
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

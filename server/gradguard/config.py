@@ -1,0 +1,166 @@
+"""Settings: which rules run, at what severity, and how long one file may take.
+
+They come from `[tool.gradguard]` in a `pyproject.toml`, from the command line, and later from
+the editor; all three go through the same validation (`_validated`), so a bad value gives the
+same one-line `ConfigError` naming the key wherever it was written, never a traceback.
+
+Rule selection works like ruff's: `select` and `ignore` hold codes, code prefixes (`GG0`,
+`GG1`, `GG`) or `ALL`; a code runs when it matches `select` and the most specific (longest)
+matching `select` entry is longer than the most specific matching `ignore` entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - depends on the interpreter
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
+
+SEVERITIES = ("error", "warning", "info", "hint")
+KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude")
+
+
+class ConfigError(ValueError):
+    """A bad setting; `str()` is one line that names where and which key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    select: frozenset[str] = frozenset({"ALL"})
+    ignore: frozenset[str] = frozenset()
+    severity: Mapping[str, str] = field(default_factory=dict)  # code -> severity override
+    enabled: bool = True
+    timeout: float = 5.0  # seconds of analysis per file
+    exclude: tuple[str, ...] = ()  # glob patterns, skipped while walking directories
+    root: Path | None = None  # the directory of the pyproject.toml the settings came from
+
+    def selects(self, code: str) -> bool:
+        """Whether findings of rule `code` are reported (see the module docstring)."""
+        chosen = _longest_match(self.select, code)
+        if chosen is None:
+            return False
+        ignored = _longest_match(self.ignore, code)
+        return ignored is None or chosen > ignored
+
+    def merged(self, overrides: Mapping[str, Any], where: str = "settings") -> "Config":
+        """These settings with `overrides` (same keys as `[tool.gradguard]`) on top.
+
+        `None` values are skipped (editors send null for "unset"); `severity` entries are added
+        to the existing ones, every other key replaces its value.
+        """
+        changes = _validated({k: v for k, v in overrides.items() if v is not None}, where)
+        if "severity" in changes:
+            changes["severity"] = {**self.severity, **changes["severity"]}
+        return replace(self, **changes)
+
+
+def load_config(start: Path) -> Config:
+    """The settings of the nearest `pyproject.toml` with a `[tool.gradguard]` table.
+
+    Looks in `start` (or its directory, for a file) and then in each parent, like ruff: a
+    `pyproject.toml` without the table is passed over, so a sub-project without settings of
+    its own uses its parent's. No such file gives the defaults.
+    """
+    start = start.resolve()
+    for directory in (start, *start.parents) if start.is_dir() else start.parents:
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            table = _read_table(candidate)
+            if table is not None:
+                return _from_table(table, candidate)
+    return Config()
+
+
+def load_config_file(path: Path) -> Config:
+    """The settings of this `pyproject.toml` (for `--config`); no table gives the defaults."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    return _from_table(_read_table(path) or {}, path)
+
+
+def _read_table(path: Path) -> dict | None:
+    if tomllib is None:
+        raise ConfigError(f"{path}: reading pyproject.toml needs Python 3.11+ or the 'tomli' package")
+    try:
+        with path.open("rb") as stream:
+            document = tomllib.load(stream)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = document.get("tool", {}).get("gradguard")
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.gradguard] must be a table")
+    return table
+
+
+def _from_table(table: dict, path: Path) -> Config:
+    return replace(Config(**_validated(table, f"{path}: [tool.gradguard]")), root=path.resolve().parent)
+
+
+def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Checked and normalised settings, as `Config` field values."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in KEYS:
+            raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(KEYS)})")
+        if key in ("select", "ignore"):
+            out[key] = frozenset(_selector(code, where, key) for code in _strings(value, where, key))
+        elif key == "exclude":
+            out[key] = tuple(_strings(value, where, key))
+        elif key == "severity":
+            out[key] = _severities(value, where)
+        elif key == "enabled":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: 'enabled' must be true or false, not {value!r}")
+            out[key] = value
+        else:  # timeout
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{where}: 'timeout' must be a positive number of seconds, not {value!r}")
+            out[key] = float(value)
+    return out
+
+
+def _strings(value: Any, where: str, key: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)) \
+            or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of strings, not {value!r}")
+    return list(value)
+
+
+def _selector(code: str, where: str, key: str) -> str:
+    """`code` in upper case, if it is `ALL` or the code or prefix of at least one rule."""
+    code = code.strip().upper()
+    if not code or code != "ALL" and not any(known.startswith(code) for known in _known_codes()):
+        raise ConfigError(f"{where}: '{key}' names no rule: {code!r} (see `gradguard rules`)")
+    return code
+
+
+def _severities(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: 'severity' must be a table of code = severity, not {value!r}")
+    out = {}
+    for code, level in value.items():
+        if str(code).upper() not in _known_codes():
+            raise ConfigError(f"{where}: 'severity' names an unknown rule code {code!r}")
+        if level not in SEVERITIES:
+            raise ConfigError(f"{where}: severity of {code} must be one of {', '.join(SEVERITIES)}, not {level!r}")
+        out[str(code).upper()] = level
+    return out
+
+
+def _known_codes() -> list[str]:
+    from gradguard.rules import ALL_RULES  # imported when first needed: it loads every rule module
+
+    return [rule.code for rule in ALL_RULES]
+
+
+def _longest_match(selectors: frozenset[str], code: str) -> int | None:
+    lengths = [0 if s == "ALL" else len(s) for s in selectors if s == "ALL" or code.startswith(s)]
+    return max(lengths, default=None)

@@ -1,0 +1,657 @@
+"""Expression evaluation and assignment for the flow engine (generic Python semantics).
+
+Everything torch-specific is delegated to `torch_sem.TorchSemantics`; this mixin knows
+Python: names, attributes, containers, comprehensions, calls of local functions and
+classes, properties, and the constant folding that lets `if __name__ == "__main__":`,
+`if finetune:` or `if self.mem is None:` take only the branch that runs.
+"""
+from __future__ import annotations
+
+import ast
+
+from gradguard.engine.state import State
+from gradguard.engine.values import (
+    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, join, join_all,
+    objs_of, tensor_of,
+)
+
+_NUM = Num()
+BIN_DUNDER = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floor_divide",
+              ast.Mod: "remainder", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "bitwise_and",
+              ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor", ast.LShift: "bitwise_left_shift",
+              ast.RShift: "bitwise_right_shift"}
+
+
+class Expressions:
+    def num(self):
+        return _NUM
+
+    # ----------------------------------------------------------------- dispatch
+    def eval(self, node, st: State):
+        handler = getattr(self, "expr_" + type(node).__name__, None)
+        if handler is None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.eval(child, st)
+            return UNKNOWN
+        return handler(node, st)
+
+    def expr_Constant(self, node, st):
+        v = node.value
+        if isinstance(v, (bool, str, type(None))) or (isinstance(v, int) and abs(v) < 1 << 16):
+            return const(v)
+        if isinstance(v, (int, float, complex)):
+            return frozenset({_NUM})
+        return UNKNOWN
+
+    def expr_Name(self, node, st):
+        return self.lookup(node.id, st)
+
+    def expr_NamedExpr(self, node, st):
+        v = self.eval(node.value, st)
+        self.assign(node.target, v, st, node)
+        return v
+
+    def expr_Attribute(self, node, st):
+        base = self.eval(node.value, st)
+        return self.attribute(base, node.attr, st, node)
+
+    def expr_Subscript(self, node, st):
+        base = self.eval(node.value, st)
+        index = self.eval(node.slice, st)
+        return self.subscript(base, index, st, node)
+
+    def expr_Slice(self, node, st):
+        for part in (node.lower, node.upper, node.step):
+            if part is not None:
+                self.eval(part, st)
+        return UNKNOWN
+
+    def expr_Tuple(self, node, st):
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return self.make_sequence(join_all(self.eval(e, st) for e in node.elts), st, node, nonempty=None)
+        return frozenset({Tup(tuple(self.eval(e, st) for e in node.elts))})
+
+    def expr_List(self, node, st):
+        items = [self.eval(e, st) for e in node.elts]
+        exact = None if any(isinstance(e, ast.Starred) for e in node.elts) else tuple(items)
+        return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=exact)
+
+    expr_Set = expr_List
+
+    def expr_Starred(self, node, st):
+        return self.iter_elements(self.eval(node.value, st), st)
+
+    def expr_Dict(self, node, st):
+        keys = [self.eval(k, st) if k is not None else EMPTY for k in node.keys]
+        vals = [self.eval(v, st) for v in node.values]
+        obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+        st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}
+        for k, v in zip(node.keys, vals):
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                st.set_attr(obj.id, "[" + k.value, v)
+        return frozenset({obj})
+
+    def expr_JoinedStr(self, node, st):
+        for v in node.values:
+            self.eval(v, st)
+        return UNKNOWN
+
+    def expr_FormattedValue(self, node, st):
+        self.eval(node.value, st)
+        return UNKNOWN
+
+    def expr_BoolOp(self, node, st):
+        return join_all(self.eval(v, st) for v in node.values)
+
+    def expr_UnaryOp(self, node, st):
+        v = self.eval(node.operand, st)
+        if isinstance(node.op, ast.Not):
+            t = self.truth_of(v)
+            return const(not t) if t is not None else UNKNOWN
+        if tensor_of(v) is not None:
+            name = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.UAdd: "positive"}[type(node.op)]
+            return self.apply_op(name, node, v, [], {}, st)
+        return frozenset({_NUM}) if any(isinstance(a, (Num, Const)) for a in v) else UNKNOWN
+
+    def expr_BinOp(self, node, st):
+        left = self.eval(node.left, st)
+        right = self.eval(node.right, st)
+        return self.binop(node, node.op, left, right, st, node.left, node.right)
+
+    def binop(self, node, op, left, right, st, left_node=None, right_node=None):
+        name = BIN_DUNDER.get(type(op), "add")
+        if tensor_of(left) is not None:
+            return self.apply_op(name, node, left, [right], {}, st, arg_nodes=[left_node, right_node])
+        if tensor_of(right) is not None:
+            reflected = {"sub": "rsub", "div": "div", "pow": "pow"}.get(name, name)
+            if name in ("sub", "div", "pow"):
+                # number - tensor: the tensor is the differentiable input, the number is not saved
+                return self.apply_op(reflected, node, right, [left], {}, st, arg_nodes=[right_node, left_node])
+            return self.apply_op(name, node, right, [left], {}, st, arg_nodes=[right_node, left_node])
+        seqs = objs_of(left, "list") + objs_of(right, "list")
+        if seqs and isinstance(op, ast.Add):
+            return self.make_sequence(join(self.iter_elements(left, st), self.iter_elements(right, st)), st, node)
+        if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
+            li, ri = self.exact_items(left, st), self.exact_items(right, st)
+            return frozenset({Tup(tuple(li) + tuple(ri))}) if li is not None and ri is not None else UNKNOWN
+        if any(isinstance(a, (Num, Const)) for a in left) and any(isinstance(a, (Num, Const)) for a in right):
+            return frozenset({_NUM})
+        return UNKNOWN
+
+    def expr_Compare(self, node, st):
+        left = self.eval(node.left, st)
+        vals = [self.eval(c, st) for c in node.comparators]
+        if tensor_of(left) is not None or any(tensor_of(v) is not None for v in vals):
+            return self.fresh_tensor(node, st, rg=False)
+        t = self.static_truth(node, st)
+        return const(t) if t is not None else UNKNOWN
+
+    def expr_IfExp(self, node, st):
+        self.eval(node.test, st)
+        t = self.static_truth(node.test, st)
+        if t is True:
+            return self.eval(node.body, st)
+        if t is False:
+            return self.eval(node.orelse, st)
+        return join(self.eval(node.body, st), self.eval(node.orelse, st))
+
+    def expr_Lambda(self, node, st):
+        return frozenset({Func(node)})
+
+    def expr_Await(self, node, st):
+        return self.eval(node.value, st)
+
+    def expr_Yield(self, node, st):
+        v = self.eval(node.value, st) if node.value is not None else NONE
+        self.frame.yields = join(self.frame.yields, v)
+        return UNKNOWN
+
+    def expr_YieldFrom(self, node, st):
+        self.frame.yields = join(self.frame.yields, self.iter_elements(self.eval(node.value, st), st))
+        return UNKNOWN
+
+    def comprehension(self, node, st, elt_nodes):
+        inner = st.copy()
+        for gen in node.generators:
+            it = self.eval(gen.iter, inner)
+            self.assign(gen.target, self.iter_elements(it, inner), inner, node, local=True)
+            for cond in gen.ifs:
+                self.eval(cond, inner)
+        vals = [self.eval(e, inner) for e in elt_nodes]
+        st.heap = inner.heap
+        return vals
+
+    def expr_ListComp(self, node, st):
+        (v,) = self.comprehension(node, st, [node.elt])
+        return self.make_sequence(v, st, node, nonempty=None)
+
+    expr_SetComp = expr_ListComp
+    expr_GeneratorExp = expr_ListComp
+
+    def expr_DictComp(self, node, st):
+        k, v = self.comprehension(node, st, [node.key, node.value])
+        obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+        st.heap[obj.id] = {"<elems>": v, "<keys>": k}
+        return frozenset({obj})
+
+    # ----------------------------------------------------------------- assignment
+    def assign(self, target, v, st: State, stmt, local=False):
+        if isinstance(target, ast.Name):
+            if local:
+                st.env[target.id] = v
+            else:
+                self.bind(target.id, v, st)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            parts = self.unpack(v, len(target.elts), st, stmt)
+            for t, p in zip(target.elts, parts):
+                if isinstance(t, ast.Starred):
+                    self.assign(t.value, self.make_sequence(p, st, t), st, stmt, local)
+                else:
+                    self.assign(t, p, st, stmt, local)
+        elif isinstance(target, ast.Attribute):
+            base = self.eval(target.value, st)
+            self.set_attribute(base, target.attr, v, st, target)
+        elif isinstance(target, ast.Subscript):
+            base = self.eval(target.value, st)
+            index = self.eval(target.slice, st)
+            self.set_item(base, index, v, st, target, stmt)
+        elif isinstance(target, ast.Starred):
+            self.assign(target.value, v, st, stmt, local)
+
+    def set_attribute(self, base, name, v, st, target):
+        holders = [a for a in base if isinstance(a, Obj)]
+        for obj in holders:
+            st.set_attr(obj.id, name, v, strong=len(holders) == 1)
+            if obj.kind == "module":
+                for m in objs_of(v, "module"):
+                    self.parents.setdefault(m.id, set()).add(obj.id)
+                t = tensor_of(v)
+                if t is not None and t.leaf and t.rg and t.objs and not any(o[0] == "params" for o in t.objs):
+                    # an nn.Parameter assigned to a module: it becomes one of the module's parameters
+                    st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True,
+                                                                objs=t.objs | {("params", obj.id)})}))
+        t = tensor_of(base)
+        if t is not None:
+            self.set_tensor_attribute(base, name, v, st, target)
+
+    def set_item(self, base, index, v, st, target, stmt):
+        if tensor_of(base) is not None:
+            self.inplace(target, target.value, base, [v], st, "copy_")
+            return
+        for obj in base:
+            if isinstance(obj, Obj) and obj.kind in ("list", "dict"):
+                st.set_attr(obj.id, "<elems>", v, strong=False)
+                st.set_attr(obj.id, "<items>", UNKNOWN)
+                if obj.kind == "dict":
+                    key = target.slice
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        st.set_attr(obj.id, "[" + key.value, v)
+
+    def augassign(self, s, st):
+        current = self.eval(s.target, st)
+        rhs = self.eval(s.value, st)
+        if tensor_of(current) is not None and not isinstance(s.target, ast.Name) or \
+                (tensor_of(current) is not None and not _all_unknown_or_tensor_free(current)):
+            self.augassign_tensor(s, current, rhs, st)
+            return
+        self.assign(s.target, self.binop(s, s.op, current, rhs, st, s.target, s.value), st, s)
+
+    # ----------------------------------------------------------------- unpacking and iteration
+    def unpack(self, v, n, st, node):
+        outs = [EMPTY] * n
+        for a in v:
+            if isinstance(a, Tup) and len(a.items) == n:
+                parts = list(a.items)
+            elif isinstance(a, Tensor):
+                parts = [self.view_of(frozenset({a}), node, st)] * n
+            elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict"):
+                items = st.get_attr(a.id, "<items>")
+                exact = self.exact_items(frozenset({a}), st)
+                parts = list(exact) if exact is not None and len(exact) == n else \
+                    [self.iter_elements(frozenset({a}), st)] * n
+                del items
+            else:
+                parts = [UNKNOWN] * n
+            outs = [join(o, p) for o, p in zip(outs, parts)]
+        return [o if o else UNKNOWN for o in outs]
+
+    def exact_items(self, v, st):
+        """The exact elements of a short literal sequence, or None if not known."""
+        if len(v) != 1:
+            return None
+        (a,) = tuple(v)
+        if isinstance(a, Tup):
+            return a.items
+        if isinstance(a, Obj) and st is not None:
+            items = st.get_attr(a.id, "<items>")
+            if items is not None and len(items) == 1:
+                (t,) = tuple(items)
+                if isinstance(t, Tup):
+                    return t.items
+        return None
+
+    def iter_elements(self, v, st):
+        out = EMPTY
+        for a in v:
+            if isinstance(a, Tup):
+                out = join(out, join_all(a.items) if a.items else EMPTY)
+            elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict") and st is not None:
+                key = "<keys>" if a.kind == "dict" else "<elems>"
+                out = join(out, st.get_attr(a.id, key) or UNKNOWN)
+            elif isinstance(a, Obj) and a.kind == "module" and st is not None:
+                layers = st.get_attr(a.id, "<layers>")
+                out = join(out, layers if layers else UNKNOWN)
+            elif isinstance(a, Obj) and a.kind == "instance" and st is not None:
+                out = join(out, self.iterate_instance(a, st))
+            elif isinstance(a, Tensor):
+                out = join(out, self.view_of(frozenset({a}), None, st))
+            elif isinstance(a, Const) and isinstance(a.value, str):
+                out = join(out, UNKNOWN)
+            else:
+                out = join(out, UNKNOWN)
+        return out if out else UNKNOWN
+
+    def is_nonempty(self, v, st) -> bool:
+        if not v:
+            return False
+        for a in v:
+            if isinstance(a, Tup):
+                if not a.items:
+                    return False
+            elif isinstance(a, Obj) and a.kind in ("list", "generator") and st is not None:
+                if st.get_attr(a.id, "<nonempty>") != const(True):
+                    return False
+            else:
+                return False
+        return True
+
+    def make_sequence(self, elem, st, node, nonempty=None, items=None):
+        obj = Obj(("list", self.frame.ctx, id(node)), "list")
+        attrs = {"<elems>": elem if elem else EMPTY}
+        if nonempty:
+            attrs["<nonempty>"] = const(True)
+        if items is not None:
+            attrs["<items>"] = frozenset({Tup(tuple(items))})
+        st.heap[obj.id] = attrs
+        return frozenset({obj})
+
+    # ----------------------------------------------------------------- attributes and items
+    def attribute(self, base, name, st, node):
+        out = EMPTY
+        for a in base:
+            if isinstance(a, Ref):
+                out = join(out, frozenset({Ref(a.dotted + "." + name)}))
+            elif isinstance(a, Tensor):
+                out = join(out, self.tensor_attribute(frozenset({a}), name, st, node))
+            elif isinstance(a, Obj):
+                out = join(out, self.object_attribute(a, name, st, node))
+            else:
+                out = join(out, UNKNOWN if name not in ("append", "extend") else frozenset({Method(frozenset({a}), name)}))
+        return out if out else UNKNOWN
+
+    def object_attribute(self, obj: Obj, name, st, node):
+        v = st.get_attr(obj.id, name)
+        if v is not None and obj.kind != "class":
+            return v
+        cls = self.obj_class.get(obj.id) if obj.kind != "class" else obj.id
+        if cls is not None:
+            found = self.class_lookup(cls, name, st)
+            if found is not None:
+                return self.bind_class_member(found, obj, st, node)
+        if obj.kind == "module":
+            return self.module_attribute(obj, name, st, node)
+        if obj.kind == "class" and v is not None:
+            return v
+        return frozenset({Method(frozenset({obj}), name)})
+
+    def class_lookup(self, cls_id, name, st, seen=None):
+        seen = seen or set()
+        if cls_id in seen:
+            return None
+        seen.add(cls_id)
+        v = st.get_attr(cls_id, name)
+        if v is not None:
+            return v
+        for base in st.get_attr(cls_id, "<bases>") or ():
+            if isinstance(base, Obj) and base.kind == "class":
+                found = self.class_lookup(base.id, name, st, seen)
+                if found is not None:
+                    return found
+        return None
+
+    def bind_class_member(self, v, obj, st, node):
+        out = EMPTY
+        for a in v:
+            if isinstance(a, Func) and not isinstance(a.node, ast.Lambda):
+                if a.kind == "property" and obj.kind != "class":
+                    out = join(out, self.call_function(a, [frozenset({obj})], {}, st, node))
+                elif a.kind == "staticmethod" or obj.kind == "class":
+                    out = join(out, frozenset({a}))
+                else:
+                    out = join(out, frozenset({Func(a.node, bound=frozenset({obj}), kind=a.kind)}))
+            else:
+                out = join(out, frozenset({a}))
+        return out
+
+    def subscript(self, base, index, st, node):
+        out = EMPTY
+        for a in base:
+            if isinstance(a, Tensor):
+                out = join(out, self.index_tensor(frozenset({a}), index, st, node))
+            elif isinstance(a, Tup):
+                k = node.slice
+                if isinstance(k, ast.Constant) and isinstance(k.value, int) and -len(a.items) <= k.value < len(a.items):
+                    out = join(out, a.items[k.value])
+                elif isinstance(k, ast.Slice):
+                    out = join(out, frozenset({a}))
+                else:
+                    out = join(out, join_all(a.items) if a.items else UNKNOWN)
+            elif isinstance(a, Obj) and a.kind in ("list", "dict", "module", "generator"):
+                k = node.slice
+                if a.kind == "dict" and isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    exact = st.get_attr(a.id, "[" + k.value)
+                    if exact is not None:
+                        out = join(out, exact)
+                        continue
+                if isinstance(k, ast.Slice) and a.kind == "list":
+                    out = join(out, frozenset({a}))
+                    continue
+                items = self.exact_items(frozenset({a}), st)
+                if items is not None and isinstance(k, ast.Constant) and isinstance(k.value, int) \
+                        and -len(items) <= k.value < len(items):
+                    out = join(out, items[k.value])
+                else:
+                    out = join(out, st.get_attr(a.id, "<elems>") or self.iter_elements(frozenset({a}), st))
+            elif isinstance(a, Obj) and a.kind == "instance":
+                getitem = self.class_lookup(self.obj_class.get(a.id), "__getitem__", st) \
+                    if self.obj_class.get(a.id) else None
+                if getitem:
+                    out = join(out, self.call_value(self.bind_class_member(getitem, a, st, node), [index], {},
+                                                    st, node))
+                else:
+                    out = join(out, UNKNOWN)
+            else:
+                out = join(out, UNKNOWN)
+        return out if out else UNKNOWN
+
+    # ----------------------------------------------------------------- calls
+    def expr_Call(self, node, st):
+        func = self.eval(node.func, st)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                v = self.eval(a.value, st)
+                items = self.exact_items(v, st)
+                args.extend(items if items is not None else [self.iter_elements(v, st)])
+            else:
+                args.append(self.eval(a, st))
+        kwargs = {}
+        for k in node.keywords:
+            v = self.eval(k.value, st)
+            if k.arg is not None:
+                kwargs[k.arg] = v
+        return self.call_value(func, args, kwargs, st, node)
+
+    def call_value(self, func, args, kwargs, st, node):
+        out = EMPTY
+        for a in func:
+            if isinstance(a, Func):
+                call_args = ([a.bound] if a.bound is not None else []) + list(args)
+                out = join(out, self.call_function(a, call_args, dict(kwargs), st, node))
+            elif isinstance(a, Obj) and a.kind == "class":
+                out = join(out, self.instantiate(a, args, kwargs, st, node))
+            elif isinstance(a, Obj):
+                out = join(out, self.call_object(a, args, kwargs, st, node))
+            elif isinstance(a, Ref):
+                out = join(out, self.call_ref(a.dotted, args, kwargs, st, node))
+            elif isinstance(a, Method):
+                out = join(out, self.call_method(a.recv, a.name, args, kwargs, st, node))
+            else:
+                out = join(out, self.call_unknown(args, kwargs, st, node))
+        return out if out else UNKNOWN
+
+    def call_object(self, obj, args, kwargs, st, node):
+        cls = self.obj_class.get(obj.id)
+        if cls is not None:
+            target = None
+            if obj.kind == "module":
+                target = self.class_lookup(cls, "__call__", st) or self.class_lookup(cls, "forward", st)
+            else:
+                target = self.class_lookup(cls, "__call__", st)
+            if target is not None:
+                return self.call_value(self.bind_class_member(target, obj, st, node), args, kwargs, st, node)
+        if obj.kind == "module":
+            return self.module_call(obj, args, kwargs, st, node)
+        return self.call_unknown(args, kwargs, st, node)
+
+    def instantiate(self, cls, args, kwargs, st, node, run_init=True, ctx=None):
+        ctx = ctx if ctx is not None else self.frame.ctx
+        is_module = self.is_module_class(cls.id, st)
+        obj = Obj(("obj", ctx, id(node)), "module" if is_module else "instance")
+        self.obj_class[obj.id] = cls.id
+        if is_module:
+            self.module_kind[obj.id] = "local"
+        st.heap.setdefault(obj.id, {})
+        init = self.class_lookup(cls.id, "__init__", st)
+        if init is not None and run_init:
+            self.call_value(self.bind_class_member(init, obj, st, node), args, dict(kwargs), st, node)
+        return frozenset({obj})
+
+    def is_module_class(self, cls_id, st, seen=None) -> bool:
+        seen = seen or set()
+        if cls_id in seen:
+            return False
+        seen.add(cls_id)
+        for base in st.get_attr(cls_id, "<bases>") or ():
+            if isinstance(base, Ref) and base.dotted.startswith("torch.nn") or \
+                    isinstance(base, Ref) and base.dotted.split(".")[-1] in ("Module", "LightningModule"):
+                return True
+            if isinstance(base, Obj) and base.kind == "class" and self.is_module_class(base.id, st, seen):
+                return True
+        return False
+
+    def class_of_node(self, classdef):
+        cid = ("class", id(classdef))
+        return Obj(cid, "class") if cid in self.class_nodes else None
+
+    def iterate_instance(self, obj, st):
+        cls = self.obj_class.get(obj.id)
+        it = self.class_lookup(cls, "__iter__", st) if cls is not None else None
+        if it is None:
+            return UNKNOWN
+        gen = self.call_value(self.bind_class_member(it, obj, st, None), [], {}, st, self._iter_node(obj))
+        return self.iter_elements(gen, st)
+
+    def _iter_node(self, obj):
+        return self.class_nodes.get(self.obj_class.get(obj.id))
+
+    # ----------------------------------------------------------------- constant folding
+    def truth_of(self, v):
+        if not v or any(isinstance(a, (Unknown, Tensor, Num, Method, Ref)) for a in v):
+            return None
+        truths = set()
+        for a in v:
+            if isinstance(a, Const):
+                truths.add(bool(a.value))
+            elif isinstance(a, Tup):
+                truths.add(bool(a.items))
+            elif isinstance(a, Obj) and a.kind in ("list", "dict"):
+                return None
+            else:
+                truths.add(True)
+        return truths.pop() if len(truths) == 1 else None
+
+    def static_truth(self, test, st):
+        if isinstance(test, ast.Constant):
+            return bool(test.value)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            t = self.static_truth(test.operand, st)
+            return None if t is None else not t
+        if isinstance(test, ast.BoolOp):
+            parts = [self.static_truth(v, st) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in parts else (True if all(p is True for p in parts) else None)
+            return True if True in parts else (False if all(p is False for p in parts) else None)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            op = test.ops[0]
+            left = self.peek(test.left, st)
+            right = self.peek(test.comparators[0], st)
+            if isinstance(op, (ast.Is, ast.IsNot)) and right == NONE:
+                if left == NONE:
+                    res = True
+                elif left and not any(isinstance(a, (Unknown, Const)) for a in left):
+                    res = False
+                else:
+                    return None
+                return res if isinstance(op, ast.Is) else not res
+            if isinstance(op, (ast.Eq, ast.NotEq)) and len(left) == 1 and len(right) == 1:
+                (l,), (r,) = tuple(left), tuple(right)
+                if isinstance(l, Const) and isinstance(r, Const):
+                    return (l.value == r.value) == isinstance(op, ast.Eq)
+            return None
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+                and len(test.args) == 2:
+            return self.isinstance_truth(self.peek(test.args[0], st), self.peek(test.args[1], st), st)
+        if isinstance(test, (ast.Name, ast.Attribute)):
+            return self.truth_of(self.peek(test, st))
+        return None
+
+    def peek(self, node, st):
+        """Evaluate a side-effect-free expression for folding (names, attributes, constants)."""
+        if isinstance(node, ast.Constant):
+            return self.expr_Constant(node, st)
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id, st)
+        if isinstance(node, ast.Attribute):
+            base = self.peek(node.value, st)
+            out = EMPTY
+            for a in base:
+                if isinstance(a, Obj) and a.kind in ("instance", "module", "class"):
+                    v = st.get_attr(a.id, node.attr)
+                    if v is None:
+                        cls = self.obj_class.get(a.id) if a.kind != "class" else a.id
+                        found = self.class_lookup(cls, node.attr, st) if cls is not None else None
+                        if found is None or any(isinstance(f, Func) for f in found):
+                            return UNKNOWN
+                        v = found
+                    out = join(out, v)
+                elif isinstance(a, Ref):
+                    out = join(out, frozenset({Ref(a.dotted + "." + node.attr)}))
+                else:
+                    return UNKNOWN
+            return out if out else UNKNOWN
+        return UNKNOWN
+
+    def isinstance_truth(self, v, classes, st):
+        targets = {a.id for a in classes if isinstance(a, Obj) and a.kind == "class"}
+        if not targets or len(targets) != len(classes):
+            return None
+        truths = set()
+        for a in v:
+            if not isinstance(a, Obj) or a.kind not in ("instance", "module"):
+                return None
+            cls = self.obj_class.get(a.id)
+            truths.add(cls is not None and any(self.subclass(cls, t, st) for t in targets))
+        return truths.pop() if len(truths) == 1 else None
+
+    def subclass(self, cls, target, st, seen=None) -> bool:
+        if cls == target:
+            return True
+        seen = seen or set()
+        if cls in seen:
+            return False
+        seen.add(cls)
+        return any(isinstance(b, Obj) and b.kind == "class" and self.subclass(b.id, target, st, seen)
+                   for b in st.get_attr(cls, "<bases>") or ())
+
+    def narrow(self, test, st, polarity):
+        """Keep only the atoms of `x` that pass `isinstance(x, C)` (or fail it) in a branch."""
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+                and len(test.args) == 2 and isinstance(test.args[0], ast.Name):
+            name = test.args[0].id
+            v = self.lookup(name, st)
+            classes = self.peek(test.args[1], st)
+            kept = frozenset(a for a in v if self.isinstance_truth(frozenset({a}), classes, st) in (polarity, None))
+            if kept and kept != v:
+                self.bind(name, kept, st)
+        return st
+
+    def dotted(self, node) -> str:
+        if isinstance(node, ast.Call):
+            node = node.func
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            parts.append(node.id)
+            return ".".join(reversed(parts))
+        return ""
+
+
+def _all_unknown_or_tensor_free(v) -> bool:
+    return all(isinstance(a, Unknown) for a in v)
+
+
+__all__ = ["Expressions", "objs_of", "Const"]

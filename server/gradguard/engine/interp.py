@@ -1,0 +1,538 @@
+"""The flow engine: abstract interpretation of a module, statement by statement.
+
+Python's control flow is structured, so the control-flow graph of a body is walked
+through its statements: `if` joins its branches, `for`/`while` iterate their body to a
+fixpoint over the back edge (with break/continue/else), `try` and `with` route their
+states, `return`/`break`/`continue` divert states to the frame's or loop's exits.
+Calls to functions, methods and properties defined in the file are analysed in place
+with the caller's abstract arguments (a call-string context keeps their graph regions
+apart), which is how a tensor cached on `self` in one method is followed into another.
+
+Expression evaluation lives in `exprs.py`, torch semantics in `torch_sem.py`; this file
+is only about control flow, frames and facts.
+"""
+from __future__ import annotations
+
+import ast
+import time
+
+from gradguard.engine.exprs import Expressions
+from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
+from gradguard.engine.torch_sem import TorchSemantics
+from gradguard.engine.values import (
+    EMPTY, NONE, UNKNOWN, Const, Func, Obj, Tensor, const, join, objs_of,
+)
+from gradguard.facts import Facts
+
+MAX_LOOP_ROUNDS = 6
+MAX_CALL_DEPTH = 6
+MAX_CTX = 4
+
+
+class AnalysisTimeout(Exception):
+    """The analysis of one file ran past its deadline."""
+
+
+class Frame:
+    """One activation: a module body or an inlined function call."""
+
+    def __init__(self, func, ctx, is_module=False, class_obj=None):
+        self.func = func
+        self.ctx = ctx
+        self.is_module = is_module
+        self.class_obj = class_obj  # for class bodies: names are written to the class object
+        self.locals = _local_names(func) if func is not None and not isinstance(func, ast.Lambda) else set()
+        self.globals_declared = _global_names(func) if func is not None else set()
+        self.ret = EMPTY
+        self.ret_state = None
+        self.yields = EMPTY
+        self.freed = set()  # regions freed during this call: the caller marks its own names
+        self.dirtied = set()
+        self.loops = []  # enclosing loop statements in this function, innermost last
+        self.loop_exits = []  # per loop: [break state, continue state]
+        self.self_value = None
+        self.events = []  # per loop: set of "backward" / "step" / "zero_grad" events
+
+
+def _local_names(func) -> set:
+    names = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if hasattr(func, "args") else set()
+    for node in _walk_own(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not func:
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names - _global_names(func)
+
+
+def _global_names(func) -> set:
+    out = set()
+    for node in _walk_own(func):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            out.update(node.names)
+    return out
+
+
+def _walk_own(func):
+    """The nodes of a function body, not descending into nested functions or classes."""
+    stack = list(func.body) if isinstance(func.body, list) else [func.body]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            for d in getattr(node, "decorator_list", []):
+                stack.append(d)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+class Interpreter(Expressions, TorchSemantics):
+    def __init__(self, source: str, tree: ast.Module, deadline: float | None = None):
+        self.source = source
+        self.tree = tree
+        self.deadline = deadline
+        self.facts = Facts(source, tree)
+        self.frames: list[Frame] = []
+        self.active_calls: list = []
+        self.analysed_funcs: set = set()
+        self.class_nodes: dict = {}  # class object id -> ClassDef
+        self.obj_class: dict = {}  # instance object id -> class object id
+        self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
+        self.parents: dict = {}  # module object id -> parent module ids
+        self.no_grad_funcs: set = set()
+        self.parent_of: dict = self.facts.parents
+        for parent in ast.walk(tree):
+            for child in ast.iter_child_nodes(parent):
+                self.parent_of[child] = parent
+        self.lines = source.splitlines()
+
+    # ----------------------------------------------------------------- driver
+    def run(self) -> Facts:
+        frame = Frame(None, (), is_module=True)
+        st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True)
+        self.frames.append(frame)
+        st = self.exec_block(self.tree.body, st)
+        self.frames.pop()
+        self.analyse_unreached(st if st is not None else State({}, {GLOBALS: {}}, True))
+        return self.facts
+
+    def analyse_unreached(self, st: State) -> None:
+        """Functions no module-level code called: analyse them with unknown arguments."""
+        for node in ast.walk(self.tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node in self.analysed_funcs:
+                continue
+            owner = self.parent_of.get(node)
+            self_value = UNKNOWN
+            if isinstance(owner, ast.ClassDef):
+                cls = self.class_of_node(owner)
+                if cls is not None:
+                    self_value = self.instantiate(cls, [], {}, st, node, run_init=True, ctx=("root", id(node)))
+            args = [self_value] if isinstance(owner, ast.ClassDef) else []
+            self.call_function(Func(node), args, {}, st.copy(), node, root=True)
+
+    def check_time(self):
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise AnalysisTimeout()
+
+    @property
+    def frame(self) -> Frame:
+        return self.frames[-1]
+
+    def key(self, node) -> tuple:
+        return (self.frame.ctx, id(node))
+
+    # ----------------------------------------------------------------- names
+    def lookup(self, name: str, st: State):
+        fr = self.frame
+        if fr.class_obj is not None:
+            v = st.get_attr(fr.class_obj.id, name)
+            if v is not None:
+                return v
+        if not fr.is_module and name in fr.locals:
+            return st.env.get(name, EMPTY)
+        v = st.get_attr(GLOBALS, name)
+        if v is not None:
+            return v
+        return self.builtin(name)
+
+    def bind(self, name: str, value, st: State) -> None:
+        fr = self.frame
+        if fr.class_obj is not None:
+            st.set_attr(fr.class_obj.id, name, value)
+        elif fr.is_module or name in fr.globals_declared:
+            st.set_attr(GLOBALS, name, value)
+        else:
+            st.env[name] = value
+
+    # ----------------------------------------------------------------- statements
+    def exec_block(self, stmts, st: State | None) -> State | None:
+        for s in stmts:
+            if st is None:
+                return None
+            st = self.exec_stmt(s, st)
+        return st
+
+    def exec_stmt(self, s, st: State) -> State | None:
+        self.check_time()
+        handler = getattr(self, "stmt_" + type(s).__name__, None)
+        if handler is None:
+            for child in ast.iter_child_nodes(s):
+                if isinstance(child, ast.expr):
+                    self.eval(child, st)
+            return st
+        return handler(s, st)
+
+    def stmt_Expr(self, s, st):
+        self.eval(s.value, st)
+        return st
+
+    def stmt_Assign(self, s, st):
+        v = self.eval(s.value, st)
+        for t in s.targets:
+            self.assign(t, v, st, s)
+        return st
+
+    def stmt_AnnAssign(self, s, st):
+        if s.value is not None:
+            self.assign(s.target, self.eval(s.value, st), st, s)
+        return st
+
+    def stmt_AugAssign(self, s, st):
+        self.augassign(s, st)
+        return st
+
+    def stmt_Pass(self, s, st):
+        return st
+
+    def stmt_Import(self, s, st):
+        from gradguard.engine.values import Ref
+        for alias in s.names:
+            if alias.asname:
+                self.bind(alias.asname, frozenset({Ref(alias.name)}), st)
+            else:
+                top = alias.name.split(".")[0]
+                self.bind(top, frozenset({Ref(top)}), st)
+        return st
+
+    def stmt_ImportFrom(self, s, st):
+        from gradguard.engine.values import Ref
+        mod = s.module or ""
+        for alias in s.names:
+            if alias.name == "*":
+                continue
+            self.bind(alias.asname or alias.name, frozenset({Ref(f"{mod}.{alias.name}" if mod else alias.name)}), st)
+        return st
+
+    def stmt_Global(self, s, st):
+        return st
+
+    stmt_Nonlocal = stmt_Global
+
+    def stmt_Delete(self, s, st):
+        for t in s.targets:
+            if isinstance(t, ast.Name):
+                if self.frame.is_module:
+                    st.set_attr(GLOBALS, t.id, EMPTY)
+                else:
+                    st.env.pop(t.id, None)
+            else:
+                self.eval(t.value, st) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
+        return st
+
+    def stmt_Return(self, s, st):
+        v = self.eval(s.value, st) if s.value is not None else NONE
+        fr = self.frame
+        fr.ret = join(fr.ret, v)
+        fr.ret_state = join_states(fr.ret_state, st)
+        return None
+
+    def stmt_Raise(self, s, st):
+        if s.exc is not None:
+            self.eval(s.exc, st)
+        return None
+
+    def stmt_Assert(self, s, st):
+        self.eval(s.test, st)
+        return st
+
+    def stmt_Break(self, s, st):
+        exits = self.frame.loop_exits
+        if exits:
+            exits[-1][0] = join_states(exits[-1][0], st)
+        return None
+
+    def stmt_Continue(self, s, st):
+        exits = self.frame.loop_exits
+        if exits:
+            exits[-1][1] = join_states(exits[-1][1], st)
+        return None
+
+    def stmt_If(self, s, st):
+        self.eval(s.test, st)
+        truth = self.static_truth(s.test, st)
+        then_st = else_st = None
+        if truth is not False:
+            then_st = self.exec_block(s.body, self.narrow(s.test, st.copy(), True))
+        if truth is not True:
+            else_st = self.exec_block(s.orelse, self.narrow(s.test, st.copy(), False))
+        return join_states(then_st, else_st)
+
+    def stmt_Match(self, s, st):
+        self.eval(s.subject, st)
+        out = st.copy()
+        for case in s.cases:
+            out = join_states(out, self.exec_block(case.body, st.copy()))
+        return out
+
+    def stmt_With(self, s, st):
+        saved_grad = st.grad
+        for item in s.items:
+            ctx = self.eval(item.context_expr, st)
+            mode = self.grad_mode_of(ctx)
+            if mode != "keep":
+                st.grad = mode
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, self.enter_value(ctx), st, s)
+        out = self.exec_block(s.body, st)
+        if out is not None:
+            out.grad = saved_grad
+        return out
+
+    stmt_AsyncWith = stmt_With
+
+    def stmt_Try(self, s, st):
+        body = self.exec_block(s.body, st.copy())
+        handler_in = join_states(st, body)
+        out = self.exec_block(s.orelse, body.copy()) if body is not None else None
+        for h in s.handlers:
+            hst = handler_in.copy()
+            if h.type is not None:
+                self.eval(h.type, hst)
+            if h.name:
+                self.bind(h.name, UNKNOWN, hst)
+            out = join_states(out, self.exec_block(h.body, hst))
+        if s.finalbody:
+            if out is None:
+                self.exec_block(s.finalbody, handler_in.copy())
+                return None
+            out = self.exec_block(s.finalbody, out)
+        return out
+
+    stmt_TryStar = stmt_Try
+
+    def stmt_FunctionDef(self, s, st):
+        kind = "function"
+        value = None
+        for d in s.decorator_list:
+            dv = self.eval(d, st)
+            name = self.dotted(d)
+            if name in ("property", "functools.cached_property", "cached_property"):
+                kind = "property"
+            elif name == "staticmethod":
+                kind = "staticmethod"
+            elif name == "classmethod":
+                kind = "classmethod"
+            elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
+                value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
+            elif self.grad_mode_of(dv) is False or self.grad_mode_of(self.call_result_of_ctx(dv)) is False:
+                self.no_grad_funcs.add(s)
+        if value is None:
+            value = frozenset({Func(s, kind=kind)})
+        self.bind(s.name, value, st)
+        return st
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def stmt_ClassDef(self, s, st):
+        for d in s.decorator_list:
+            self.eval(d, st)
+        bases = [self.eval(b, st) for b in s.bases]
+        cls = Obj(("class", id(s)), "class")
+        self.class_nodes[cls.id] = s
+        st.set_attr(cls.id, "<bases>", frozenset().union(*bases) if bases else EMPTY)
+        frame = Frame(None, self.frame.ctx, class_obj=cls)
+        frame.is_module = False
+        self.frames.append(frame)
+        try:
+            st = self.exec_block(s.body, st) or st
+        finally:
+            self.frames.pop()
+        self.bind(s.name, frozenset({cls}), st)
+        return st
+
+    # ----------------------------------------------------------------- loops
+    def stmt_For(self, s, st):
+        it = self.eval(s.iter, st)
+        items = self.exact_items(it, st)
+        if items is not None and len(items) <= 16 and not _has_jumps(s.body):
+            for item in items:  # a short known sequence: unroll, so updates stay strong
+                st = st.copy()
+                self.assign(s.target, item, st, s)
+                st = self.exec_block(s.body, st)
+                if st is None:
+                    return None
+            return self.exec_block(s.orelse, st)
+        elem = self.iter_elements(it, st)
+        return self.loop(s, st, lambda body_st: self.assign(s.target, elem, body_st, s),
+                         may_be_empty=not self.is_nonempty(it, st))
+
+    stmt_AsyncFor = stmt_For
+
+    def stmt_While(self, s, st):
+        truth = self.static_truth(s.test, st)
+        if truth is False:
+            return self.exec_block(s.orelse, st)
+
+        def enter(body_st):
+            self.eval(s.test, body_st)
+        return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=truth is not True)
+
+    def loop(self, s, st, enter, may_be_empty=True, exits_normally=True):
+        fr = self.frame
+        fr.loops.append(s)
+        fr.events.append(set())
+        head = st
+        back = None
+        breaks = None
+        try:
+            for _ in range(MAX_LOOP_ROUNDS):
+                fr.loop_exits.append([None, None])
+                body_st = head.copy()
+                enter(body_st)
+                out = self.exec_block(s.body, body_st)
+                brk, cont = fr.loop_exits.pop()
+                breaks = join_states(breaks, brk)
+                back = join_states(out, cont)
+                new_head = join_states(head, back)
+                if new_head == head:
+                    break
+                head = new_head
+            events = fr.events[-1]
+        finally:
+            fr.loops.pop()
+            fr.events.pop()
+        self.loop_events(s, events)
+        exit_st = None
+        if exits_normally:
+            exit_st = join_states(head, back) if may_be_empty else back
+            if exit_st is not None:
+                exit_st = self.exec_block(s.orelse, exit_st.copy())
+        return join_states(exit_st, breaks)
+
+    def note_event(self, name: str, node) -> None:
+        """Record backward / step / zero_grad in every enclosing loop of every active frame."""
+        for fr in self.frames:
+            for ev in fr.events:
+                ev.add((name, node) if name == "step" else name)
+
+    def loop_events(self, loop, events) -> None:
+        names = {e if isinstance(e, str) else e[0] for e in events}
+        key = (self.frame.ctx, id(loop))
+        if "backward" in names and "step" in names and "zero_grad" not in names:
+            step = next(e[1] for e in events if not isinstance(e, str))
+            from gradguard.facts import LoopSteps
+            self.facts.loop_steps[key] = LoopSteps(loop, step)
+        else:
+            self.facts.loop_steps.pop(key, None)
+
+    # ----------------------------------------------------------------- calls of local functions
+    def call_function(self, func: Func, args, kwargs, st: State, call_node, root=False):
+        node = func.node
+        self.analysed_funcs.add(node)
+        if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH:
+            return UNKNOWN
+        ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
+        frame = Frame(node, ctx)
+        callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad)
+        self.bind_params(node, args, kwargs, callee, frame, st)
+        callee.heap = st.heap  # defaults may have allocated containers
+        self.frames.append(frame)
+        self.active_calls.append(node)
+        try:
+            if isinstance(node, ast.Lambda):
+                frame.ret = self.eval(node.body, callee)
+                out = callee
+            else:
+                out = self.exec_block(node.body, callee)
+                if out is not None:
+                    frame.ret = join(frame.ret, NONE)
+                out = join_states(out, frame.ret_state)
+        finally:
+            self.active_calls.pop()
+            self.frames.pop()
+        if out is not None:
+            st.heap = out.heap
+        if frame.freed:
+            mark_freed(st, frozenset(frame.freed), env_only=True)
+            if self.frames:
+                self.frame.freed |= frame.freed
+        if frame.dirtied:
+            mark_dirty(st, frozenset(frame.dirtied), env_only=True)
+            if self.frames:
+                self.frame.dirtied |= frame.dirtied
+        if _is_generator(node):
+            return self.make_sequence(frame.yields, st, call_node)
+        return frame.ret if frame.ret else UNKNOWN
+
+    def bind_params(self, node, args, kwargs, st: State, frame: Frame, caller: State) -> None:
+        a = node.args
+        positional = list(a.posonlyargs) + list(a.args)
+        defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+        for i, p in enumerate(positional):
+            if i < len(args):
+                v = args[i]
+            elif p.arg in kwargs:
+                v = kwargs.pop(p.arg)
+            elif defaults[i] is not None:
+                v = self.literal(defaults[i], caller)
+            else:
+                v = UNKNOWN
+            st.env[p.arg] = v
+        if a.vararg:
+            from gradguard.engine.values import Tup
+            st.env[a.vararg.arg] = frozenset({Tup(tuple(args[len(positional):]))})
+        for p, d in zip(a.kwonlyargs, a.kw_defaults):
+            st.env[p.arg] = kwargs.pop(p.arg, None) or (self.literal(d, caller) if d is not None else UNKNOWN)
+        if a.kwarg:
+            st.env[a.kwarg.arg] = UNKNOWN
+        if positional and args:
+            frame.self_value = args[0]
+
+    def literal(self, node, st):
+        """A parameter default: constants, literal containers and names (no calls run twice)."""
+        if isinstance(node, ast.Constant):
+            return const(node.value) if not isinstance(node.value, float) else frozenset({self.num()})
+        if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute)) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"):
+            return self.eval(node, st)
+        return UNKNOWN
+
+    # ----------------------------------------------------------------- facts helpers
+    def loops_here(self) -> tuple:
+        return tuple(self.frame.loops)
+
+    def current_function(self):
+        for fr in reversed(self.frames):
+            if fr.func is not None:
+                return fr.func
+        return None
+
+
+def _has_jumps(body) -> bool:
+    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
+        if isinstance(node, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom)):
+            return True
+    return False
+
+
+def _is_generator(node) -> bool:
+    if isinstance(node, ast.Lambda):
+        return False
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _walk_own(node))
+
+
+__all__ = ["Interpreter", "AnalysisTimeout", "Tensor", "objs_of", "Obj"]

@@ -1,0 +1,117 @@
+"""The abstract state at a program point, its join, and the two graph-wide updates.
+
+`env` holds a frame's local names; module globals live in the heap under `GLOBALS` so
+that an inlined function reads the module's names as they are at the call.  Heap
+entries are dicts treated as immutable: a write replaces the object's dict, so copying a
+state is two shallow dict copies.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gradguard.engine.values import Tensor, join, map_tensors, tri_join
+
+GLOBALS = ("<module>",)
+
+
+class State:
+    __slots__ = ("env", "heap", "grad")
+
+    def __init__(self, env: dict, heap: dict, grad):
+        self.env = env
+        self.heap = heap
+        self.grad = grad  # grad mode: True (enabled), False (no_grad), None (unknown)
+
+    def copy(self) -> "State":
+        return State(dict(self.env), dict(self.heap), self.grad)
+
+    def __eq__(self, other):
+        return (isinstance(other, State) and self.grad == other.grad and self.env == other.env
+                and self.heap == other.heap)
+
+    __hash__ = None
+
+    def get_attr(self, obj_id, name):
+        attrs = self.heap.get(obj_id)
+        return None if attrs is None else attrs.get(name)
+
+    def set_attr(self, obj_id, name, value, strong=True):
+        attrs = self.heap.get(obj_id, {})
+        if not strong and name in attrs:
+            value = join(attrs[name], value)
+        new = dict(attrs)
+        new[name] = value
+        self.heap[obj_id] = new
+
+
+def _join_dicts(a: dict, b: dict) -> dict:
+    if a is b:
+        return a
+    out = dict(a)
+    for k, v in b.items():
+        w = out.get(k)
+        out[k] = v if w is None else join(w, v)
+    return out
+
+
+def join_states(a: State | None, b: State | None) -> State | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    heap = dict(a.heap)
+    for k, attrs in b.heap.items():
+        mine = heap.get(k)
+        heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
+    return State(_join_dicts(a.env, b.env), heap, tri_join(a.grad, b.grad))
+
+
+def _rewrite(st: State, fn, env_only: bool) -> None:
+    """Apply `fn` to every tensor atom held in the state (the env, and the heap unless `env_only`)."""
+    for k, v in st.env.items():
+        w = map_tensors(v, fn)
+        if w is not v:
+            st.env[k] = w
+    if env_only:
+        return
+    for oid, attrs in st.heap.items():
+        new = None
+        for name, v in attrs.items():
+            w = map_tensors(v, fn)
+            if w is not v:
+                if new is None:
+                    new = dict(attrs)
+                new[name] = w
+        if new is not None:
+            st.heap[oid] = new
+
+
+def mark_freed(st: State, regions: frozenset, env_only: bool = False) -> None:
+    """Backward without retain_graph released the saved tensors of `regions`.
+
+    `env_only` is for a caller's locals after a call: the heap was updated during the
+    call, in order, and may already hold new instances of the same regions."""
+    if not regions:
+        return
+
+    def fn(t: Tensor):
+        hit = t.regions & regions
+        if not hit or hit <= t.freed:
+            return t
+        return replace(t, freed=t.freed | hit)
+
+    _rewrite(st, fn, env_only)
+
+
+def mark_dirty(st: State, regions: frozenset, env_only: bool = False) -> None:
+    """An in-place op changed a tensor that `regions` saved for backward."""
+    if not regions:
+        return
+
+    def fn(t: Tensor):
+        hit = t.regions & regions
+        if not hit or hit <= t.dirty:
+            return t
+        return replace(t, dirty=t.dirty | hit)
+
+    _rewrite(st, fn, env_only)

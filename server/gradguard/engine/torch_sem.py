@@ -1,0 +1,851 @@
+"""Torch semantics for the flow engine: ops, modules, optimizers, grad mode and backward.
+
+What each op saves for backward, which ops are views, in-place or non-differentiable,
+and what the nn modules compute comes from `gradguard.knowledge` (data distilled from
+torch's derivatives.yaml); this mixin applies it to abstract values:
+
+* an op whose result requires grad creates a graph *region*; the region records which
+  storages it saved, so an in-place op on one of them (or `optimizer.step()` on a
+  parameter) marks the region dirty in every value that carries it;
+* `backward()` without `retain_graph` marks every region of its root freed in every
+  value that carries it; a later backward whose root carries a freed region that saved
+  tensors will raise, and so will one through a dirty region.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+
+from gradguard import knowledge as K
+from gradguard.engine.state import mark_dirty, mark_freed
+from gradguard.engine.values import (
+    EMPTY, NONE, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
+    join_all, map_tensors, objs_of, tensor_of,
+)
+from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region
+
+IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
+                              "contiguous", "pin_memory", "requires_grad_", "cuda_", "share_memory_"})
+INPUT_PARAMS = frozenset({"self", "input", "indices", "target", "x", "hx", "input1", "input2", "query"})
+BACKWARD_METHODS = frozenset({"backward", "manual_backward"})
+BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
+                           "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
+                           "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
+                           "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars"})
+
+
+def _tri_or(values) -> object:
+    values = list(values)
+    if any(v is True for v in values):
+        return True
+    if all(v is False for v in values):
+        return False
+    return None
+
+
+class TorchSemantics:
+    # ----------------------------------------------------------------- small helpers
+    def builtin(self, name):
+        return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
+
+    def text(self, node, limit=60) -> str:
+        seg = ast.get_source_segment(self.source, node) if hasattr(node, "lineno") else None
+        seg = " ".join((seg or "").split())
+        return seg if len(seg) <= limit else seg[: limit - 1] + "…"
+
+    def grad_mode_of(self, v):
+        modes = set()
+        for a in v:
+            if isinstance(a, GradMode):
+                modes.add(a.mode)
+            elif isinstance(a, Ref) and a.dotted.split(".")[-1] in ("no_grad", "inference_mode") \
+                    and a.dotted.startswith("torch"):
+                modes.add(False)
+            else:
+                return "keep"
+        return modes.pop() if len(modes) == 1 else "keep"
+
+    def call_result_of_ctx(self, v):
+        return v
+
+    def enter_value(self, ctx):
+        return NONE if all(isinstance(a, GradMode) for a in ctx) and ctx else UNKNOWN
+
+    def kind(self, v) -> str:
+        if tensor_of(v) is not None:
+            return "tensor"
+        if v and all(isinstance(a, (Num, Const)) and not isinstance(getattr(a, "value", 0), str) for a in v):
+            return "number"
+        if any(isinstance(a, Unknown) for a in v):
+            return "unknown"
+        return "other"
+
+    def region_id(self, node, sub=0) -> tuple:
+        return (self.frame.ctx, id(node), sub)
+
+    def fresh_tensor(self, node, st, rg=False, sub=0):
+        rg = rg if st.grad is not False else False
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}))})
+
+    def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False) -> Region:
+        reg = self.facts.regions.get(rid)
+        if reg is None:
+            reg = Region(rid, node, self.text(node), loops=tuple(self.frame.loops),
+                         function=self.current_function())
+            self.facts.regions[rid] = reg
+        reg.saves |= saves
+        reg.certain |= certain
+        reg.saved_objs |= set(saved_objs)
+        reg.saved_names |= set(saved_names)
+        reg.modules |= set(modules)
+        if args:
+            reg.args = args
+        return reg
+
+    # ----------------------------------------------------------------- ops
+    def apply_op(self, name, node, self_val, args, kwargs, st, arg_nodes=None, sub=0):
+        info = K.resolve(name, [self.kind(a) for a in args], tuple(kwargs))
+        if info.inplace:
+            target = arg_nodes[0] if arg_nodes else None
+            return self.inplace(node, target, self_val, list(args) + list(kwargs.values()), st, name)
+        bound = {}
+        params = info.params
+        if params:
+            bound[params[0]] = self_val
+            for p, v in zip(params[1:], args):
+                bound[p] = v
+        for k, v in kwargs.items():
+            bound[k] = v
+        inputs = [v for v in [self_val, *args, *kwargs.values()] if tensor_of(v) is not None
+                  or any(isinstance(a, Unknown) for a in v)]
+        if not info.differentiable:
+            return self.fresh_tensor(node, st, rg=False, sub=sub)
+        nodes = list(arg_nodes or [])
+        return self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
+                              arg_nodes=nodes)
+
+    def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
+                  modules=(), extra_rg=False):
+        """The tensor an op returns, with the graph region it creates if it requires grad."""
+        rgs = []
+        for v in inputs:
+            t = tensor_of(v)
+            rgs.append(t.rg if t is not None and not any(isinstance(a, Unknown) for a in v) else
+                       (t.rg if t is not None and t.rg is True else None))
+        rg = _tri_or(rgs + ([extra_rg] if extra_rg is not False else []))
+        if st.grad is False:
+            rg = False
+        elif st.grad is None and rg is True:
+            rg = None
+        bt = tensor_of(base) if base is not None else None
+        rid = self.region_id(node, sub)
+        objs = bt.objs if view and bt is not None else frozenset({("t",) + rid})
+        view_leaf = bool(view and bt is not None and (bt.view_of_leaf or (bt.leaf is True and bt.rg is True)))
+        if rg is False:
+            return frozenset({Tensor(rg=False, leaf=True, objs=objs)})
+        regions, freed, dirty = set(), set(), set()
+        for v in inputs:
+            t = tensor_of(v)
+            if t is not None and t.rg is not False:
+                regions |= t.regions
+                freed |= t.freed
+                dirty |= t.dirty
+        saved_names, saved_objs, saves = set(), set(), False
+        for inp, names in info.saves.items():
+            v = bound.get(inp)
+            if inp not in bound and inp in ("weight", "bias") and modules:
+                v = self.param_value(next(iter(modules)), st)
+            t = tensor_of(v) if v is not None else None
+            if v is None or (t is not None and t.rg is False) or (t is None and not extra_rg):
+                continue
+            for n in names:
+                if n == "result":
+                    saved_objs |= objs
+                    saved_names.add("result")
+                    saves = True
+                    continue
+                sv = bound.get(n)
+                if sv is None and modules and n in ("weight", "bias"):
+                    sv = self.param_value(next(iter(modules)), st)
+                if sv is None:
+                    continue
+                st_t = tensor_of(sv)
+                if st_t is not None:
+                    saved_objs |= st_t.objs
+                    saved_names.add(n)
+                    saves = True
+                elif any(isinstance(a, Unknown) for a in sv):
+                    saved_names.add(n)
+                    saves = True
+        args = [(n, tensor_of(v).regions if tensor_of(v) is not None else frozenset())
+                for n, v in zip(arg_nodes, [bound.get(p) for p in info.params]) if n is not None and v is not None]
+        self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True)
+        return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
+                                 False, view_leaf)})
+
+    def view_of(self, v, node, st):
+        t = tensor_of(v)
+        if t is None:
+            return UNKNOWN
+        view_leaf = t.view_of_leaf or (t.leaf is True and t.rg is True)
+        return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf)})
+
+    def index_tensor(self, base, index, st, node):
+        if tensor_of(index) is not None:
+            return self.apply_op("index", node, base, [index], {}, st, arg_nodes=[node.value, node.slice])
+        return self.view_of(base, node, st)
+
+    # ----------------------------------------------------------------- in-place
+    def inplace(self, node, target_node, target_val, others, st, opname):
+        t = tensor_of(target_val)
+        if t is None:
+            return target_val
+        leaf = t.leaf is True and t.rg is True
+        if (leaf or t.view_of_leaf) and st.grad is True:
+            self.facts.inplaces[self.key(node)] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
+                                                          t.objs, self.loops_here(), self.current_function())
+        else:
+            self.facts.inplaces.pop(self.key(node), None)
+        hit = self.version_bump(node, t.objs, st)
+        if hit:  # the values in hand were read before the bump
+            stale = lambda x: replace(x, dirty=x.dirty | (x.regions & hit))  # noqa: E731
+            target_val = map_tensors(target_val, stale)
+            others = [map_tensors(o, stale) for o in others]
+        if st.grad is False or not (t.rg or any((tensor_of(o) or Tensor()).rg for o in others)):
+            return target_val
+        base = opname[:-1] if opname.endswith("_") else opname
+        info = K.resolve(base, [self.kind(o) for o in others], ())
+        bound = {info.params[0]: target_val} if info.params else {}
+        for p, v in zip(info.params[1:], others):
+            bound[p] = v
+        new = self.op_result(node, info, bound, [target_val, *others], st, view=True, base=target_val)
+        nt = tensor_of(new)
+        if nt is not None:
+            new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False)})
+        if target_node is not None:
+            self.rebind(target_node, new, st)
+        return new
+
+    def version_bump(self, node, objs, st) -> frozenset:
+        """Every region that saved one of `objs` now holds a stale version; returns them."""
+        if not objs:
+            return frozenset()
+        hit = frozenset(r.id for r in self.facts.regions.values() if r.saved_objs & objs)
+        if not hit:
+            return hit
+        for rid in hit:
+            self.facts.dirtied_by.setdefault(rid, set()).add(node)
+        mark_dirty(st, hit)
+        self.frame.dirtied |= hit
+        return hit
+
+    def rebind(self, target, value, st):
+        if isinstance(target, ast.Subscript):
+            base = self.peek(target.value, st) if not isinstance(target.value, ast.Name) else \
+                self.lookup(target.value.id, st)
+            bt = tensor_of(base)
+            nt = tensor_of(value)
+            if bt is not None and nt is not None:
+                merged = replace(bt, regions=bt.regions | nt.regions, freed=bt.freed | nt.freed,
+                                 dirty=bt.dirty | nt.dirty, rg=True if nt.rg else bt.rg,
+                                 leaf=False if nt.rg and not bt.leaf else bt.leaf)
+                self.rebind(target.value, frozenset({merged}), st)
+        elif isinstance(target, ast.Name):
+            self.bind(target.id, value, st)
+        elif isinstance(target, ast.Attribute):
+            base = self.peek(target.value, st)
+            for obj in base:
+                if isinstance(obj, Obj):
+                    st.set_attr(obj.id, target.attr, value, strong=len(base) == 1)
+
+    def augassign_tensor(self, s, current, rhs, st):
+        name = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}.get(
+            type(s.op), "add_")
+        numeric = frozenset(a for a in current if not isinstance(a, Tensor))
+        new = self.inplace(s, s.target, frozenset(a for a in current if isinstance(a, Tensor)), [rhs], st, name)
+        if numeric:
+            other = self.binop(s, s.op, numeric, rhs, st, s.target, s.value)
+            self.rebind(s.target, join(new, other), st)
+        self.note_accumulation(s, rhs)
+
+    def note_accumulation(self, s, rhs):
+        t = tensor_of(rhs)
+        key = self.key(s)
+        if self.frame.loops and isinstance(s.op, ast.Add) and t is not None and t.rg is True:
+            self.facts.accumulations[key] = Accumulation(s, self.region_id(s))
+        else:
+            self.facts.accumulations.pop(key, None)
+
+    # ----------------------------------------------------------------- backward
+    def backward(self, node, root_node, value, retain, st):
+        t = tensor_of(value)
+        if t is None:
+            return
+        self.note_event("backward", node)
+        definite = all(isinstance(a, Tensor) for a in value)
+        regs = self.facts.regions
+        freed_hit = frozenset(r for r in t.freed if r in regs and regs[r].saves and regs[r].certain)
+        dirty_hit = frozenset(r for r in t.dirty if r in regs and regs[r].saves and regs[r].certain
+                              and r not in t.freed)
+        carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
+        self.facts.backwards[self.key(node)] = Backward(
+            node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
+            definite and t.rg is False and st.grad is not None, carriers)
+        self.facts.consumed_regions |= t.regions
+        if retain is False and t.rg is not False:
+            mark_freed(st, t.regions)
+            self.frame.freed |= t.regions
+            for r in t.regions:
+                self.facts.freed_by.setdefault(r, set()).add(node)
+
+    def carriers(self, regions, st) -> tuple:
+        """Names (and `self.` attributes) whose values hold the given stale regions here."""
+        out = []
+        scopes = [("", st.env)]
+        fr = self.frame
+        if fr.self_value is not None:
+            for obj in objs_of(fr.self_value):
+                scopes.append(("self.", st.heap.get(obj.id, {})))
+        for prefix, scope in scopes:
+            for name, v in scope.items():
+                t = tensor_of(v)
+                if t is not None and (t.freed | t.dirty) & regions and not name.startswith("<"):
+                    out.append(prefix + name)
+        return tuple(sorted(out))
+
+    def retain_flag(self, kwargs, positional=None):
+        v = kwargs.get("retain_graph")
+        if v is None:
+            v = kwargs.get("create_graph", positional)
+        if v is None:
+            return False
+        truth = self.truth_of(v)
+        return truth if truth is not None else None
+
+    # ----------------------------------------------------------------- tensors: attributes and methods
+    def tensor_attribute(self, v, name, st, node):
+        t = tensor_of(v)
+        if name == "grad":
+            if t.leaf is False and not t.retains_grad and t.rg is True:
+                self.facts.grad_reads[self.key(node)] = GradRead(node)
+            else:
+                self.facts.grad_reads.pop(self.key(node), None)
+            return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("grad",) + tuple(sorted(map(str, t.objs)))}))})
+        if name == "data":
+            return frozenset({Tensor(rg=False, leaf=True)})
+        if name in ("T", "mT", "H", "mH", "real", "imag"):
+            return self.view_of(v, node, st)
+        if name == "requires_grad":
+            return const(t.rg) if t.rg is not None else UNKNOWN
+        if name == "is_leaf":
+            return const(t.leaf) if t.leaf is not None else UNKNOWN
+        if name in ("shape", "dtype", "device", "ndim", "grad_fn", "layout", "is_cuda", "names"):
+            return UNKNOWN
+        return frozenset({Method(v, name)})
+
+    def set_tensor_attribute(self, base, name, v, st, target):
+        t = tensor_of(base)
+        if name == "requires_grad":
+            flag = self.truth_of(v)
+            new = frozenset({replace(t, rg=flag if flag is not None else None)})
+            self.rebind(target.value, new, st)
+            for o in t.objs:
+                if o[0] == "params":
+                    st.set_attr(o[1], "<rg>", const(flag) if flag is not None else UNKNOWN)
+        elif name == "grad":
+            self.note_event("zero_grad", target)
+
+    def tensor_method(self, v, name, args, kwargs, st, node):
+        t = tensor_of(v)
+        recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if name in BACKWARD_METHODS:
+            self.backward(node, recv, v, self.retain_flag(kwargs, args[1] if len(args) > 1 else None), st)
+            return NONE
+        if name in ("detach", "detach_"):
+            new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs)})
+            if name == "detach_" and recv is not None:
+                self.rebind(recv, new, st)
+            return new
+        if name in K.GRAPH_FREE_METHODS:
+            return frozenset({Num()}) if name == "item" else UNKNOWN
+        if name == "requires_grad_":
+            flag = self.truth_of(args[0]) if args else self.truth_of(kwargs.get("requires_grad", const(True)))
+            new = frozenset({replace(t, rg=flag)})
+            if recv is not None:
+                self.rebind(recv, new, st)
+            return new
+        if name == "retain_grad":
+            if recv is not None:
+                self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
+            return NONE
+        if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
+            return v
+        if name in K.NONDIFF_METHODS:
+            return self.fresh_tensor(node, st, rg=False)
+        if name == "register_hook":
+            return UNKNOWN
+        arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
+        return self.apply_op(name, node, v, args, kwargs, st, arg_nodes=arg_nodes)
+
+    # ----------------------------------------------------------------- method calls on anything
+    def call_method(self, recv, name, args, kwargs, st, node):
+        out = EMPTY
+        for a in recv:
+            single = frozenset({a})
+            if isinstance(a, Tensor):
+                r = self.tensor_method(single, name, args, kwargs, st, node)
+            elif isinstance(a, Obj) and a.kind == "module":
+                r = self.module_method(a, name, args, kwargs, st, node)
+            elif isinstance(a, Obj) and a.kind == "optimizer":
+                r = self.optimizer_method(a, name, args, kwargs, st, node)
+            elif isinstance(a, Obj) and a.kind == "scaler":
+                r = self.scaler_method(a, name, args, kwargs, st, node)
+            elif isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
+                r = self.container_method(a, name, args, kwargs, st, node)
+            elif isinstance(a, Super):
+                r = self.super_method(a, name, args, kwargs, st, node)
+            else:
+                r = self.unknown_method(name, args, kwargs, st, node)
+            out = join(out, r)
+        return out if out else UNKNOWN
+
+    def unknown_method(self, name, args, kwargs, st, node):
+        if name in BACKWARD_METHODS and args and tensor_of(args[0]) is not None:
+            self.backward(node, node.args[0] if node.args else None, args[0], self.retain_flag(kwargs), st)
+            return NONE
+        if name in ("zero_grad",):
+            self.note_event("zero_grad", node)
+        return self.call_unknown(args, kwargs, st, node)
+
+    def container_method(self, obj, name, args, kwargs, st, node):
+        if name in ("append", "add", "insert", "appendleft"):
+            v = args[-1] if args else UNKNOWN
+            st.set_attr(obj.id, "<elems>", v, strong=False)
+            st.set_attr(obj.id, "<items>", UNKNOWN)
+            st.set_attr(obj.id, "<nonempty>", const(True))
+            return NONE
+        if name == "extend":
+            st.set_attr(obj.id, "<elems>", self.iter_elements(args[0], st) if args else UNKNOWN, strong=False)
+            st.set_attr(obj.id, "<items>", UNKNOWN)
+            return NONE
+        if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
+            return st.get_attr(obj.id, "<elems>") or UNKNOWN
+        if name in ("values", "copy"):
+            return self.make_sequence(st.get_attr(obj.id, "<elems>") or UNKNOWN, st, node)
+        if name == "items":
+            return self.make_sequence(frozenset({Tup((st.get_attr(obj.id, "<keys>") or UNKNOWN,
+                                                      st.get_attr(obj.id, "<elems>") or UNKNOWN))}), st, node)
+        if name == "keys":
+            return self.make_sequence(st.get_attr(obj.id, "<keys>") or UNKNOWN, st, node)
+        if name == "update" and args:
+            for a in args[0]:
+                if isinstance(a, Obj) and a.kind == "dict":
+                    st.set_attr(obj.id, "<elems>", st.get_attr(a.id, "<elems>") or UNKNOWN, strong=False)
+            return NONE
+        if name == "clear":
+            st.set_attr(obj.id, "<elems>", EMPTY)
+            return NONE
+        return UNKNOWN
+
+    def super_method(self, sup, name, args, kwargs, st, node):
+        for base in st.get_attr(sup.class_id, "<bases>") or ():
+            if isinstance(base, Obj) and base.kind == "class":
+                found = self.class_lookup(base.id, name, st)
+                if found is not None:
+                    selves = [a for a in sup.self_value if isinstance(a, Obj)]
+                    if selves:
+                        return self.call_value(self.bind_class_member(found, selves[0], st, node), args, kwargs,
+                                               st, node)
+        return NONE
+
+    # ----------------------------------------------------------------- calls of library names
+    def call_ref(self, dotted, args, kwargs, st, node):
+        if dotted.startswith("builtins."):
+            return self.call_builtin(dotted[9:], args, kwargs, st, node)
+        last = dotted.rsplit(".", 1)[-1]
+        root = dotted.split(".")[0]
+        if last in ("tqdm", "trange"):
+            return self.make_sequence(self.iter_elements(args[0], st) if args else UNKNOWN, st, node)
+        if dotted in ("itertools.chain",):
+            return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node, nonempty=None)
+        if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
+            return self.call_unknown(args, kwargs, st, node)
+        return self.call_torch(dotted, last, args, kwargs, st, node)
+
+    def call_torch(self, dotted, last, args, kwargs, st, node):
+        if last in ("no_grad", "inference_mode") :
+            mode = False
+            if last == "inference_mode" and args and self.truth_of(args[0]) is False:
+                mode = True
+            return frozenset({GradMode(mode)})
+        if last == "enable_grad":
+            return frozenset({GradMode(True)})
+        if last == "set_grad_enabled":
+            flag = self.truth_of(args[0]) if args else None
+            st.grad = flag
+            return frozenset({GradMode(flag)})
+        if last in ("autocast",):
+            return frozenset({GradMode("keep")})
+        if last in ("GradScaler",):
+            obj = Obj(("scaler", self.frame.ctx, id(node)), "scaler")
+            return frozenset({obj})
+        if last in K.OPTIMIZERS and ".optim" in dotted and "lr_scheduler" not in dotted:
+            return self.make_optimizer(args, kwargs, st, node)
+        if last == "grad" and "autograd" in dotted:
+            return self.autograd_grad(args, kwargs, st, node)
+        if last == "backward" and "autograd" in dotted:
+            roots = kwargs.get("tensors") or (args[0] if args else UNKNOWN)
+            val = self.iter_elements(roots, st) if objs_of(roots) or any(isinstance(a, Tup) for a in roots) else roots
+            self.backward(node, node.args[0] if node.args else None, val, self.retain_flag(kwargs), st)
+            return NONE
+        if last == "Parameter":
+            flag = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else True
+            return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("t",) + self.region_id(node)}))})
+        if last == "Variable":
+            v = args[0] if args else UNKNOWN
+            t = tensor_of(v)
+            if t is not None and "requires_grad" in kwargs:
+                flag = self.truth_of(kwargs["requires_grad"])
+                if flag:
+                    return frozenset({replace(t, rg=True, leaf=True, regions=frozenset(), freed=frozenset(),
+                                              dirty=frozenset())})
+            return v
+        info = K.module_info(last) if ".nn" in dotted or dotted.startswith("nn.") else None
+        if info is not None and last[:1].isupper():
+            return self.make_module(last, info, args, kwargs, st, node)
+        if last in K.FACTORIES:
+            if last == "normal" and any(tensor_of(a) is not None for a in args):
+                return self.apply_op("normal", node, args[0], args[1:], kwargs, st,
+                                     arg_nodes=list(node.args))
+            rg = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else False
+            return self.fresh_tensor(node, st, rg=rg)
+        if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
+            elems = self.iter_elements(args[0], st)
+            return self.apply_op("cat", node, elems, [], {}, st, arg_nodes=[node.args[0]])
+        if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
+                                                "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
+            return UNKNOWN
+        if last in ("clip_grad_norm_", "clip_grad_value_"):
+            return frozenset({Num()})
+        tensor_args = [a for a in args if tensor_of(a) is not None]
+        if not tensor_args:
+            return self.call_unknown(args, kwargs, st, node)
+        first = args[0] if tensor_of(args[0]) is not None else tensor_args[0]
+        rest = [a for a in args if a is not first]
+        arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
+        if kwargs.get("inplace") == const(True):
+            return self.inplace(node, node.args[0] if node.args else None, first, rest, st, last + "_")
+        return self.apply_op(last, node, first, rest, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
+                             arg_nodes=arg_nodes)
+
+    def autograd_grad(self, args, kwargs, st, node):
+        outputs = kwargs.get("outputs") or (args[0] if args else UNKNOWN)
+        outs = self.iter_elements(outputs, st) if objs_of(outputs) or any(isinstance(a, Tup) for a in outputs) \
+            else outputs
+        create = self.truth_of(kwargs["create_graph"]) if "create_graph" in kwargs else False
+        retain = self.retain_flag(kwargs)
+        root = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "outputs"), None)
+        self.backward(node, root, outs, retain if retain is not None else None, st)
+        t = tensor_of(outs)
+        if create and t is not None:
+            inputs = kwargs.get("inputs") or (args[1] if len(args) > 1 else UNKNOWN)
+            grads = self.op_result(node, K.resolve("autograd_grad"), {}, [outs, self.iter_elements(inputs, st)],
+                                   st, sub=1)
+            grads = frozenset({replace(tensor_of(grads), freed=frozenset(), dirty=frozenset())})
+        else:
+            grads = self.fresh_tensor(node, st, rg=False, sub=1)
+        return self.make_sequence(grads, st, node, nonempty=True)
+
+    def call_builtin(self, name, args, kwargs, st, node):
+        a0 = args[0] if args else UNKNOWN
+        if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
+            return frozenset({Num()})
+        if name == "range":
+            nonempty = len(args) == 1 and any(isinstance(a, Const) and isinstance(a.value, int) and a.value > 0
+                                              for a in a0) and len(a0) == 1
+            return self.make_sequence(frozenset({Num()}), st, node, nonempty=nonempty or None)
+        if name == "enumerate":
+            return self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
+                                      nonempty=self.is_nonempty(a0, st) or None)
+        if name == "zip":
+            return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
+        if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
+            src = args[-1] if name == "filter" and args else a0
+            if not args:
+                return self.make_sequence(EMPTY, st, node)
+            items = self.exact_items(src, st)
+            return self.make_sequence(self.iter_elements(src, st), st, node,
+                                      nonempty=self.is_nonempty(src, st) or None,
+                                      items=items if name in ("list", "tuple", "iter") else None)
+        if name == "map" and len(args) >= 2:
+            elems = self.iter_elements(args[1], st)
+            return self.make_sequence(self.call_value(args[0], [elems], {}, st, node), st, node)
+        if name == "next":
+            return self.iter_elements(a0, st)
+        if name == "sum":
+            elems = self.iter_elements(a0, st)
+            if tensor_of(elems) is not None:
+                return self.apply_op("add", node, elems, [elems], {}, st)
+            return frozenset({Num()})
+        if name in ("min", "max"):
+            vals = args if len(args) > 1 else [self.iter_elements(a0, st)]
+            return join_all(vals)
+        if name == "isinstance" and len(args) == 2:
+            t = self.isinstance_truth(a0, args[1], st)
+            return const(t) if t is not None else UNKNOWN
+        if name == "super":
+            fn = self.current_function()
+            owner = self.parent_of.get(fn)
+            fr = self.frame
+            if isinstance(owner, ast.ClassDef) and fr.self_value is not None:
+                return frozenset({Super(fr.self_value, ("class", id(owner)))})
+            return UNKNOWN
+        if name == "getattr" and len(args) >= 2 and isinstance(node.args[1], ast.Constant):
+            return self.attribute(a0, node.args[1].value, st, node)
+        if name in ("setattr",) and len(args) == 3 and isinstance(node.args[1], ast.Constant):
+            self.set_attribute(a0, node.args[1].value, args[2], st, node)
+            return NONE
+        if name in ("float", "int", "bool") and tensor_of(a0) is not None:
+            return frozenset({Num()})
+        if name == "print":
+            return NONE
+        if name == "dict":
+            obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+            st.heap[obj.id] = {"<elems>": join_all(kwargs.values()) or UNKNOWN, "<keys>": UNKNOWN}
+            return frozenset({obj})
+        return UNKNOWN
+
+    def call_unknown(self, args, kwargs, st, node):
+        """A call the engine cannot see into: its result carries the graphs of its tensor arguments."""
+        vals = [v for v in [*args, *kwargs.values()] if tensor_of(v) is not None]
+        if not vals:
+            return UNKNOWN
+        regions, freed, dirty, rgs = set(), set(), set(), []
+        for v in vals:
+            t = tensor_of(v)
+            regions |= t.regions
+            freed |= t.freed
+            dirty |= t.dirty
+            rgs.append(t.rg)
+        rg = True if True in rgs and st.grad is True else None
+        return frozenset({Tensor(frozenset(regions), frozenset(freed), frozenset(dirty), rg, None)}) | UNKNOWN
+
+    # ----------------------------------------------------------------- modules
+    def make_module(self, cls_name, info, args, kwargs, st, node):
+        obj = Obj(("obj", self.frame.ctx, id(node)), "module")
+        self.module_kind[obj.id] = cls_name
+        attrs = {}
+        if info.container:
+            if cls_name == "Sequential":
+                items = []
+                for a in args:
+                    ex = self.exact_items(a, st) if objs_of(a, "list") else None
+                    items.extend(ex if ex is not None else [a])
+                if len(args) == 1 and objs_of(args[0], "dict"):
+                    items = [self.iter_elements(args[0], st)]
+                attrs["<layers>"] = frozenset({Tup(tuple(items))})
+                attrs["<seq>"] = frozenset({Tup(tuple(items))})
+            else:
+                attrs["<layers>"] = self.iter_elements(args[0], st) if args else EMPTY
+        flag = kwargs.get("inplace")
+        if flag is None and info.inplace_arg is not None:
+            pos = info.inplace_arg if isinstance(info.inplace_arg, int) else None
+            if pos is not None and pos < len(args):
+                flag = args[pos]
+        if flag is not None and self.truth_of(flag) is True:
+            attrs["<inplace>"] = const(True)
+        st.heap[obj.id] = attrs
+        return frozenset({obj})
+
+    def submodules(self, m: Obj, st, seen=None) -> list:
+        """`m` and every module reachable from its attributes, in definition order."""
+        seen = seen if seen is not None else {}
+        if m.id in seen:
+            return []
+        seen[m.id] = m
+        out = [m]
+        for name, v in (st.heap.get(m.id) or {}).items():
+            if name in ("<layers>", "<elems>") or not name.startswith("<"):
+                for a in self.flat_objects(v, st):
+                    if a.kind == "module":
+                        out.extend(self.submodules(a, st, seen))
+        return out
+
+    def flat_objects(self, v, st, depth=0):
+        for a in v:
+            if isinstance(a, Obj) and a.kind == "module":
+                yield a
+            elif isinstance(a, Obj) and a.kind in ("list", "dict") and depth < 2:
+                yield from self.flat_objects(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1)
+            elif isinstance(a, Tup) and depth < 3:
+                for item in a.items:
+                    yield from self.flat_objects(item, st, depth + 1)
+
+    def module_rg(self, m: Obj, st):
+        flag = st.get_attr(m.id, "<rg>")
+        if flag is None:
+            return True
+        return self.truth_of(flag)
+
+    def param_value(self, m: Obj, st, subtree=False):
+        mods = self.submodules(m, st) if subtree else [m]
+        rgs = [self.module_rg(x, st) for x in mods]
+        rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods))})
+
+    def module_attribute(self, m: Obj, name, st, node):
+        kind = self.module_kind.get(m.id)
+        if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
+            return self.param_value(m, st)
+        if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
+                    "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
+                    "register_buffer", "register_parameter", "add_module", "state_dict", "load_state_dict",
+                    "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers"):
+            return frozenset({Method(frozenset({m}), name)})
+        if kind == "local":
+            return UNKNOWN
+        sub = Obj(("sub", m.id, name), "module")
+        self.module_kind.setdefault(sub.id, "opaque")
+        if sub.id not in st.heap:
+            st.set_attr(m.id, name, frozenset({sub}))
+            st.heap.setdefault(sub.id, {})
+        return frozenset({sub})
+
+    def module_method(self, m: Obj, name, args, kwargs, st, node):
+        if name in ("parameters", "buffers"):
+            return self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
+        if name == "named_parameters":
+            return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
+                                      nonempty=True)
+        if name in ("modules", "children", "named_modules", "named_children"):
+            mods = self.submodules(m, st)
+            if name in ("children", "named_children"):
+                mods = mods[1:]
+            vals = [frozenset({x}) for x in mods]
+            if name.startswith("named_"):
+                vals = [frozenset({Tup((UNKNOWN, v))}) for v in vals]
+            return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
+        if name == "zero_grad":
+            self.note_event("zero_grad", node)
+            return NONE
+        if name == "requires_grad_":
+            flag = self.truth_of(args[0]) if args else True
+            for x in self.submodules(m, st):
+                st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
+            return frozenset({m})
+        if name in ("train", "eval", "to", "cuda", "cpu", "float", "double", "half", "apply"):
+            return frozenset({m})
+        if name in ("register_buffer", "register_parameter", "add_module") and len(args) >= 2 \
+                and isinstance(node.args[0], ast.Constant):
+            self.set_attribute(frozenset({m}), node.args[0].value, args[1], st, node)
+            return NONE
+        if name in ("forward", "__call__"):
+            return self.module_call(m, args, kwargs, st, node)
+        return UNKNOWN
+
+    def module_call(self, m: Obj, args, kwargs, st, node, sub=0):
+        kind = self.module_kind.get(m.id, "opaque")
+        info = K.module_info(kind) if kind not in ("local", "opaque") else None
+        x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
+        if info is not None and info.container:
+            layers = self.exact_items(st.get_attr(m.id, "<seq>") or EMPTY, st)
+            if layers is None:
+                return self.generic_module(m, args, st, node, sub)
+            out = x
+            for i, layer in enumerate(layers):
+                out = self.call_layer(layer, [out], st, node, sub * 64 + i + 1)
+            return out
+        if info is not None and info.op:
+            inplace = st.get_attr(m.id, "<inplace>") == const(True)
+            if inplace:
+                return self.inplace(node, None, x, [], st, info.op + "_")
+            op = K.resolve(info.op, [self.kind(a) for a in args[1:]], tuple(kwargs))
+            bound, inputs = {}, []
+            params = [p for p in op.params if p in op.tensor_params]
+            input_params = [p for p in params if p in INPUT_PARAMS] or params[:1]
+            for p, v in zip(input_params, args):
+                bound[p] = v
+                inputs.append(v)
+            has_params = info.has_params
+            if has_params:
+                pv = self.param_value(m, st, subtree=True)
+                for p in params:
+                    if p not in bound:
+                        bound[p] = pv
+                inputs.append(pv)
+            result = self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=list(node.args)[:1],
+                                    modules={m.id} if has_params else ())
+            if info.recurrent:
+                return result
+            return result
+        return self.generic_module(m, args, st, node, sub)
+
+    def call_layer(self, layer, args, st, node, sub):
+        out = EMPTY
+        for a in layer:
+            if isinstance(a, Obj) and a.kind == "module":
+                if self.obj_class.get(a.id) is not None:
+                    out = join(out, self.call_object(a, args, {}, st, node))
+                else:
+                    out = join(out, self.module_call(a, args, {}, st, node, sub))
+            else:
+                out = join(out, self.call_value(frozenset({a}), args, {}, st, node))
+        return out if out else UNKNOWN
+
+    def generic_module(self, m, args, st, node, sub=0):
+        """A module whose computation is not known: it saves its inputs and its parameters."""
+        pv = self.param_value(m, st, subtree=True)
+        tensors = [a for a in args if tensor_of(a) is not None]
+        bound = {"self": args[0] if args else UNKNOWN, "weight": pv}
+        info = K.resolve("linear")
+        inputs = tensors + [pv]
+        return self.op_result(node, info, {"input": bound["self"], "weight": pv, "bias": pv}, inputs, st, sub=sub,
+                              arg_nodes=list(node.args)[:1], modules={m.id})
+
+    # ----------------------------------------------------------------- optimizers and scalers
+    def make_optimizer(self, args, kwargs, st, node):
+        obj = Obj(("opt", self.frame.ctx, id(node)), "optimizer")
+        params = kwargs.get("params") or (args[0] if args else UNKNOWN)
+        st.heap[obj.id] = {"<params>": params}
+        return frozenset({obj})
+
+    def optimizer_objs(self, params, st, depth=0) -> frozenset:
+        out = set()
+        for a in params:
+            if isinstance(a, Tensor):
+                out |= a.objs
+            elif isinstance(a, Obj) and a.kind in ("list", "dict", "generator") and depth < 3:
+                out |= self.optimizer_objs(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1)
+                for name, v in (st.heap.get(a.id) or {}).items():
+                    if name.startswith("["):
+                        out |= self.optimizer_objs(v, st, depth + 1)
+            elif isinstance(a, Tup) and depth < 3:
+                for item in a.items:
+                    out |= self.optimizer_objs(item, st, depth + 1)
+        return frozenset(out)
+
+    def optimizer_method(self, opt, name, args, kwargs, st, node):
+        if name == "step":
+            self.optimizer_step(opt, st, node)
+            return UNKNOWN
+        if name == "zero_grad":
+            self.note_event("zero_grad", node)
+            return NONE
+        if name == "add_param_group" and args:
+            st.set_attr(opt.id, "<params>", join(st.get_attr(opt.id, "<params>") or EMPTY, args[0]))
+            return NONE
+        return UNKNOWN
+
+    def optimizer_step(self, opt, st, node):
+        self.note_event("step", node)
+        objs = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
+        self.version_bump(node, objs, st)
+
+    def scaler_method(self, scaler, name, args, kwargs, st, node):
+        if name == "scale":
+            return args[0] if args else UNKNOWN
+        if name == "step" and args:
+            for opt in objs_of(args[0], "optimizer"):
+                self.optimizer_step(opt, st, node)
+            return UNKNOWN
+        return UNKNOWN

@@ -1,0 +1,109 @@
+"""Facts the flow engine establishes and the rules query.
+
+Each fact is about one place in the program (an AST node) and is recorded with the
+abstract state that held there at the analysis fixpoint.  Rules turn facts into findings;
+they never see the engine's internals beyond these records and `Region` descriptions.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from gradguard.spans import Positions
+
+
+@dataclass
+class Region:
+    """A part of an autograd graph: the nodes one expression created."""
+
+    id: tuple
+    node: ast.AST  # the expression that created it
+    label: str  # its source text, shortened
+    saves: bool = False  # it saved tensors for backward (freeing it matters)
+    certain: bool = False  # its result certainly required grad (only such regions are reported)
+    saved_objs: set = field(default_factory=set)  # storage ids it saved
+    saved_names: set = field(default_factory=set)  # what it saved, for messages ("result", "weight", ...)
+    loops: tuple = ()  # the loop statements enclosing its creation, innermost last
+    function: ast.AST | None = None  # the function whose body created it
+    args: list = field(default_factory=list)  # [(arg node, regions the argument carried)]
+    modules: set = field(default_factory=set)  # module objects whose parameters it used
+
+
+@dataclass
+class Backward:
+    """A call that runs backward: `loss.backward()`, `torch.autograd.grad(...)`, ..."""
+
+    node: ast.Call
+    root: ast.AST | None  # the expression whose graph is backpropagated
+    retain: bool | None  # retain_graph (None: not a literal)
+    loops: tuple
+    function: ast.AST | None
+    regions: frozenset = frozenset()
+    freed_hit: frozenset = frozenset()  # saving regions already freed: will raise freed_graph
+    dirty_hit: frozenset = frozenset()  # saving regions whose saved tensors were modified in place
+    no_grad_fn: bool = False  # the root certainly does not require grad
+    carriers: tuple = ()  # (name, assignment node) of variables holding the freed regions here
+
+
+@dataclass
+class Inplace:
+    """An in-place modification of a tensor (`+=`, `x.add_()`, `x[i] = v`, `optimizer.step()`)."""
+
+    node: ast.AST
+    target: ast.AST | None  # the modified expression
+    leaf_requires_grad: bool  # a leaf that requires grad, while grad mode is certainly on
+    is_view_of_leaf: bool
+    objs: frozenset = frozenset()
+    loops: tuple = ()
+    function: ast.AST | None = None
+
+
+@dataclass
+class GradRead:
+    """`.grad` read on a tensor that is certainly not a leaf and does not retain grad."""
+
+    node: ast.Attribute
+
+
+@dataclass
+class Accumulation:
+    """`total += loss` in a loop where `loss` carries a graph: keeps every iteration's graph alive."""
+
+    node: ast.AugAssign
+    region: tuple
+
+
+@dataclass
+class LoopSteps:
+    """A loop whose body runs backward and an optimizer step but never clears gradients."""
+
+    loop: ast.AST
+    step: ast.AST
+
+
+@dataclass
+class Facts:
+    source: str
+    tree: ast.Module
+    regions: dict = field(default_factory=dict)  # id -> Region
+    freed_by: dict = field(default_factory=dict)  # region id -> {backward call nodes}
+    dirtied_by: dict = field(default_factory=dict)  # region id -> {in-place nodes}
+    backwards: dict = field(default_factory=dict)  # key -> Backward
+    inplaces: dict = field(default_factory=dict)  # key -> Inplace
+    grad_reads: dict = field(default_factory=dict)
+    accumulations: dict = field(default_factory=dict)
+    loop_steps: dict = field(default_factory=dict)
+    consumed_regions: set = field(default_factory=set)  # regions some backward reached
+    parents: dict = field(default_factory=dict)  # AST child -> parent, for fixes that edit statements
+
+    @cached_property
+    def positions(self) -> Positions:
+        return Positions(self.source)
+
+    def span(self, node):
+        return self.positions.span(node)
+
+    def text(self, node, limit: int = 50) -> str:
+        seg = " ".join((ast.get_source_segment(self.source, node) or "").split())
+        return seg if len(seg) <= limit else seg[: limit - 1] + "…"

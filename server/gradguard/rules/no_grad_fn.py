@@ -1,0 +1,74 @@
+"""GG004: backward on a value that carries no graph."""
+from __future__ import annotations
+
+from gradguard.facts import Facts
+from gradguard.rules.base import Rule
+
+
+class NoGradFn(Rule):
+    """
+    ## What it does
+    Flags a backward on a value that certainly does not require grad: computed under
+    `torch.no_grad()`, from `.detach()`ed or graph-free values (`.item()`, `argmax`,
+    integer casts, comparisons), from tensors that never required grad, or through a
+    model whose parameters were all frozen with `requires_grad = False`.
+
+    ## Why is this bad?
+    There is no graph to differentiate: the call raises `RuntimeError: element 0 of
+    tensors does not require grad and does not have a grad_fn`. Usually the gradient
+    path was cut by accident — a non-differentiable op such as `argmax` in the loss, a
+    forward pass left inside `no_grad`, or every parameter frozen.
+
+    ## Example
+    ```python
+    pred = logits.argmax(dim=1).float()     # argmax has no gradient
+    loss = F.l1_loss(pred, target)
+    loss.backward()
+    ```
+
+    ## Use instead
+    Keep a differentiable path from the parameters to the loss:
+    ```python
+    pred = (logits.softmax(dim=1) * bins).sum(dim=1)   # soft-argmax
+    loss = F.l1_loss(pred, target)
+    loss.backward()
+    ```
+    """
+
+    code = "GG004"
+    name = "backward-without-grad-fn"
+    predicts = "no_grad_fn"
+    severity = "error"
+    summary = "backward() on a value that does not require grad and has no grad_fn"
+
+    VALID = [
+        """
+import torch
+x = torch.randn(3, requires_grad=True)
+(x * 2).sum().backward()
+""",
+    ]
+    INVALID = [
+        """
+import torch
+x = torch.randn(3, requires_grad=True)
+with torch.no_grad():
+    y = (x * 2).sum()
+y.backward()  # error
+""",
+        """
+import torch
+x = torch.randn(3, requires_grad=True)
+y = x.detach().sum()
+y.backward()  # error
+""",
+    ]
+
+    def check(self, facts: Facts):
+        for b in facts.backwards.values():
+            if not b.no_grad_fn:
+                continue
+            root = facts.text(b.root) if b.root is not None else "this value"
+            message = (f"`{root}` does not require grad (no op on its path records a graph): this raises 'element 0 "
+                       f"of tensors does not require grad and does not have a grad_fn'")
+            yield self.finding(message, facts.span(b.node))
