@@ -30,44 +30,52 @@ What cannot be read from torch is written down here, in small hand tables:
 ``torch.nn.functional`` functions call into ATen), ``PY_OPS`` (Python-level Tensor
 methods and operator dunders) and ``NAME_ALIASES``.
 
-Data model of one op entry (one JSON object per line, keys sorted, false/empty
-fields omitted):
+Data model of one op entry (one JSON object per line, keys sorted; a field equal to
+its value in the file's "defaults" object is left out - the loader fills it back):
 
 ``name``, ``overload``
     the callable name ("add_", "__and__", "relu") and the overload name ("" default).
 ``ns``
-    "aten" (native op: ``torch.X`` / ``Tensor.X`` / ``torch._C._nn.X``), "F"
+    "aten" (native op: ``torch.X`` / ``Tensor.X`` / ``torch._C._nn.X``; default), "F"
     (Python function of ``torch.nn.functional``), "py" (Python-level Tensor method
     or operator dunder).
-``params``, ``kinds``, ``npos``, ``nreq``
-    formal names in call order, one kind letter per param (T Tensor, t Tensor?,
-    L Tensor[], N number/bool, I list of numbers, S str, O anything else), how many
-    are positional, how many positional ones are required.
+``params``, ``kinds``, ``npos``, ``nreq``, ``kwreq``
+    formal names in call order; one kind letter per param (T Tensor, t Tensor?,
+    L Tensor[], N number/bool, I list of numbers, S str, O anything else); how many
+    params are positional (default: all), how many positional ones are required
+    (default: npos); required keyword-only params.
 ``returns``
-    kind letters of the outputs ("T", "TT", "L", "N", "").
+    kind letters of the outputs ("T" default, "TT" tuple, "L" list, "N", "" None).
 ``saves``
     differentiable input -> tensors autograd saves when that input requires grad:
-    param names, "result" (output 0) or "resultK" (output K).  For in-place ops a
-    saved ``self`` is omitted: the codegen saves a private clone of it
-    (``original_self``) taken before the write.
-``diff``, ``diff_out``
-    whether the output gets a grad_fn when an input requires grad; indices of the
-    differentiable outputs when not all tensor outputs are.
+    param names, "result" (output 0, or each element of a Tensor[] output) or
+    "resultK" (output K).  Replicates the codegen: a saved input is saved only for
+    the gradient(s) whose formula uses it when ``guard_for`` emits a guard, else
+    whenever the node is created; saved outputs always.  For in-place ops a saved
+    ``self`` is omitted: the codegen saves a private clone (``original_self``).
+``differentiable``, ``diff_out``
+    whether the output gets a grad_fn when an input requires grad (default true);
+    indices of the differentiable outputs when not all tensor outputs are.
 ``view``, ``inplace``
     output may alias ``self`` (alias annotation ``Tensor(a)``, or torchgen's
-    RETURNS_VIEWS_OF_INPUT); op writes ``self`` (``Tensor(a!)`` / in-place schema).
+    RETURNS_VIEWS_OF_INPUT: reshape/contiguous/to may return self); op writes
+    ``self`` (``Tensor(a!)`` in-place schema).
 ``via``
-    where ``saves`` comes from: formula (derivatives.yaml), decomposition (hand
-    table, computed from the primitives' data), alias, formula-proxy (composite op
-    whose derivatives.yaml entry only applies to other dispatch keys; used as an
-    approximation), conservative (nothing known: every tensor input saved for every
-    differentiable input), not-implemented (grad_fn raises in backward), manual
-    (hand-written autograd kernel), none (not differentiable).
+    where ``saves`` comes from: formula (derivatives.yaml; default), decomposition
+    (hand table, computed from the primitives' data; ``any_of`` alternatives are
+    unioned), alias, formula-proxy (composite op whose derivatives.yaml entry only
+    applies to other dispatch keys), conservative (nothing known: every tensor input
+    saved for every differentiable input), not-implemented (an AutogradNotImplemented
+    grad_fn that raises in backward; also ``notimpl``), manual (hand-written autograd
+    kernel), none (not differentiable).
 ``decomposes_to``
     primitive op keys the saves were computed from.
 ``inplace_param``
-    (F) name of the boolean parameter that turns the call into its in-place
-    overload ``overload == "inplace"``.
+    (F) the boolean parameter that selects the in-place overload ``"inplace"``.
+``variants``, ``module``
+    "f" / "m" / "fm" (function, method); python_module ("nn", "linalg", ...).
+
+Output: ~250 KB, ~1400 ops.  Runtime: ~3-5 s (torchgen's YAML + formula parsing).
 """
 from __future__ import annotations
 
@@ -88,6 +96,9 @@ NUMBER_TYPES = {"int", "float", "bool", "Scalar", "SymInt", "SymBool", "SymFloat
 # name -> (differentiable, saves by input, view, inplace)
 MANUAL = {
     "copy_": (True, {"self": [], "src": []}),
+    # flips the leaf's requires_grad flag and returns self: no data write, no version
+    # bump, no grad_fn (the analysis special-cases it)
+    "requires_grad_": (False, {}),
     "detach": (False, {}),
     "detach_": (False, {}),
     "resize_": (False, {}),
@@ -100,11 +111,9 @@ MANUAL = {
 # result a grad_fn: bool/int results.
 NONDIFF_COMPOSITE = {
     "isclose", "isreal", "isfinite", "is_nonzero", "one_hot", "argsort", "argwhere",
-    "nonzero_numpy", "greater", "greater_", "greater_equal", "greater_equal_", "less",
-    "less_", "less_equal", "less_equal_", "not_equal", "not_equal_", "histogramdd",
-    "result_type", "can_cast", "promote_types", "_shape_as_tensor", "data",
-    "requires_grad_", "retain_grad", "set_data", "output_nr", "retains_grad",
-    "_version", "is_leaf", "_backward", "_dim_arange",
+    "nonzero_numpy", "greater", "greater_equal", "less", "less_equal", "not_equal", "histogramdd",
+    "result_type", "can_cast", "promote_types", "_shape_as_tensor", "data", "retain_grad",
+    "set_data", "output_nr", "retains_grad", "_version", "is_leaf", "_backward", "_dim_arange",
 }
 NONDIFF_COMPOSITE_KEYS = {"where"}  # where(condition) == nonzero(condition, as_tuple=True)
 
@@ -153,6 +162,13 @@ NATIVE_ALIAS_KEYS = {
     "upsample_trilinear3d.vec": "upsample_trilinear3d", "upsample_bicubic2d.vec": "upsample_bicubic2d",
     "upsample_nearest1d.vec": "upsample_nearest1d", "upsample_nearest2d.vec": "upsample_nearest2d",
     "upsample_nearest3d.vec": "upsample_nearest3d",
+    "swapaxes": "transpose.int", "swapdims": "transpose.int", "swapaxes_": "transpose_",
+    "swapdims_": "transpose_", "special_xlogy": "xlogy.Tensor", "special_xlogy.self_scalar": "xlogy.Scalar_Self",
+    "special_xlogy.other_scalar": "xlogy.Scalar_Other", "linalg_norm": "linalg_vector_norm",
+    "linalg_norm.ord_str": "linalg_vector_norm", "linalg_matrix_norm": "linalg_vector_norm",
+    "linalg_matrix_norm.str_ord": "linalg_vector_norm", "frobenius_norm.dim": "linalg_vector_norm",
+    "cdist": "_cdist_forward", "pdist": "_pdist_forward",
+    "multilabel_margin_loss": "multilabel_margin_loss_forward",
 }
 
 A = None  # "map tensor params by name (input <-> self)" marker in step args
@@ -183,8 +199,8 @@ DECOMPOSITIONS = {
     "layer_norm": [("native_layer_norm", {"input": "input", "weight": "weight", "bias": "bias"})],
     "batch_norm": [("native_batch_norm", {"input": "input", "weight": "weight", "bias": "bias",
                                           "running_mean": "running_mean", "running_var": "running_var"})],
-    "instance_norm": [("native_batch_norm", {"input": "input", "running_mean": "running_mean",
-                                             "running_var": "running_var"})],
+    # runs batch_norm on a reshaped input with running stats/weight *repeated* (copies)
+    "instance_norm": [("native_batch_norm", {"input": "input"})],
     "group_norm": [("native_group_norm", {"input": "input", "weight": "weight", "bias": "bias"})],
     "conv1d": [("convolution", {"input": "input", "weight": "weight", "bias": "bias"})],
     "conv2d": [("convolution", {"input": "input", "weight": "weight", "bias": "bias"})],
@@ -244,32 +260,58 @@ DECOMPOSITIONS = {
     "tensordot": [("mm", {"self": "self", "mat2": "other"})],
     "l1_loss": [("sub.Tensor", {"self": "self", "other": "target"}), ("abs", {"self": "%0"}),
                 ("mean", {"self": "%1"})],
-    "kl_div": [("log", {"self": "target"}), ("sub.Tensor", {"self": "%0", "other": "self"}),
-               ("mul.Tensor", {"self": "target", "other": "%1"}), ("mean", {"self": "%2"})],
+    "kl_div": ("any_of", [  # log_target=False | True
+        [("xlogy.Tensor", {"self": "target", "other": "target"}), ("mul.Tensor", {"self": "target", "other": "self"}),
+         ("sub.Tensor", {"self": "%0", "other": "%1"}), ("mean", {"self": "%2"})],
+        [("exp", {"self": "target"}), ("sub.Tensor", {"self": "target", "other": "self"}),
+         ("mul.Tensor", {"self": "%0", "other": "%1"}), ("mean", {"self": "%2"})]]),
     "pairwise_distance": [("sub.Tensor", {"self": "x1", "other": "x2"}), ("add.Scalar", {"self": "%0"}),
                           ("linalg_vector_norm", {"self": "%1"})],
     "bilinear": [("_trilinear", {"i1": "input1", "i2": "weight", "i3": "input2"}),
                  ("add.Tensor", {"self": "%0", "other": "bias"})],
     "prelu": [("_prelu_kernel", {"self": "self", "weight": "weight"})],
     "pad": [("constant_pad_nd", {"self": "self"})],
-    "rms_norm": [("_fused_rms_norm", {"input": "input", "weight": "weight"})],
+    # CPU runs the math; CUDA the fused kernel: the union of both is recorded.
+    "rms_norm": ("any_of", [
+        [("pow.Tensor_Scalar", {"self": "input"}), ("mean.dim", {"self": "%0"}), ("add.Scalar", {"self": "%1"}),
+         ("rsqrt", {"self": "%2"}), ("mul.Tensor", {"self": "input", "other": "%3"}),
+         ("mul.Tensor", {"self": "%4", "other": "weight"})],
+        [("_fused_rms_norm", {"input": "input", "weight": "weight"})]]),
+    "cosine_similarity": [("linalg_vector_norm", {"self": "x1"}), ("linalg_vector_norm", {"self": "x2"}),
+                          ("div.Tensor", {"self": "x1", "other": "%0"}), ("div.Tensor", {"self": "x2", "other": "%1"}),
+                          ("mul.Tensor", {"self": "%2", "other": "%3"}), ("sum.dim_IntList", {"self": "%4"})],
+    # CPU: math (scaled copies of q and k, softmax, bmm with value); CUDA: flash /
+    # efficient kernels that save q, k, v and the output.  Union.
+    "scaled_dot_product_attention": ("any_of", [
+        [("mul.Scalar", {"self": "query"}), ("mul.Scalar", {"self": "key"}),
+         ("matmul", {"self": "%0", "other": "%1"}), ("add.Tensor", {"self": "%2", "other": "attn_mask"}),
+         ("_softmax", {"self": "%3"}), ("matmul", {"self": "%4", "other": "value"})],
+        [("_scaled_dot_product_flash_attention", {"query": "query", "key": "key", "value": "value"})],
+        [("_scaled_dot_product_efficient_attention", {"query": "query", "key": "key", "value": "value",
+                                                       "attn_bias": "attn_mask"})]]),
     "svd": [("_linalg_svd", {"A": "self"})],
     "logdet": [("_linalg_slogdet", {"A": "self"})],
     "linalg_eigvalsh": [("_linalg_eigh", {"A": "self"})],
     "linalg_svdvals": [("_linalg_svd", {"A": "A"})],
-    "fft_fft": [("_fft_c2c", {"self": "self"})],
-    "fft_ifft": [("_fft_c2c", {"self": "self"})],
-    "fft_rfft": [("_fft_r2c", {"self": "self"})],
-    "fft_irfft": [("_fft_c2r", {"self": "self"})],
-    "fft_fft2": [("_fft_c2c", {"self": "self"})],
-    "fft_ifft2": [("_fft_c2c", {"self": "self"})],
-    "fft_rfft2": [("_fft_r2c", {"self": "self"})],
-    "fft_irfft2": [("_fft_c2r", {"self": "self"})],
-    "fft_fftn": [("_fft_c2c", {"self": "self"})],
-    "fft_ifftn": [("_fft_c2c", {"self": "self"})],
-    "fft_rfftn": [("_fft_r2c", {"self": "self"})],
-    "fft_irfftn": [("_fft_c2r", {"self": "self"})],
+    # real input -> _fft_r2c (saves self), complex input -> _fft_c2c: union
+    **{f"fft_{k}": ("any_of", [[("_fft_r2c", {"self": "self"})], [("_fft_c2c", {"self": "self"})]])
+       for k in ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn")},
+    **{f"fft_{k}": [("_fft_r2c", {"self": "self"})] for k in ("rfft", "rfft2", "rfftn")},
+    **{f"fft_{k}": [("_fft_c2r", {"self": "self"})] for k in ("irfft", "irfft2", "irfftn")},
     "fft_fftshift": [("roll", {"self": "self"})],
+    # views / copies that save nothing
+    **{k: [("split.Tensor", {"self": "self"})] for k in (
+        "chunk", "unsafe_chunk", "hsplit.int", "hsplit.array", "vsplit.int", "vsplit.array", "dsplit.int",
+        "dsplit.array", "tensor_split.sections", "tensor_split.indices", "tensor_split.tensor_indices_or_sections")},
+    **{k: [("view", {"self": "self"})] for k in ("atleast_1d", "atleast_2d", "atleast_3d")},
+    **{k: [("expand", {"self": "tensors"})] for k in (
+        "atleast_1d.Sequence", "atleast_2d.Sequence", "atleast_3d.Sequence", "broadcast_tensors", "meshgrid",
+        "meshgrid.indexing")},
+    "real": [("view_as_real", {"self": "self"})],
+    "imag": [("view_as_real", {"self": "self"})],
+    "conj": [("_conj", {"self": "self"})],
+    "conj_physical": [("_conj_physical", {"self": "self"})],
+    "chalf": [("_to_copy", {"self": "self"})],
     "fft_ifftshift": [("roll", {"self": "self"})],
 }
 
@@ -324,6 +366,8 @@ FUNCTIONAL = {
     "adaptive_max_pool1d": {"steps": [("adaptive_max_pool1d", A)]},
     "adaptive_max_pool2d": {"steps": [("adaptive_max_pool2d", A)]},
     "adaptive_max_pool3d": {"steps": [("adaptive_max_pool3d", A)]},
+    # nearest/linear/bilinear/bicubic kernels save nothing; mode="area" (adaptive_avg_pool,
+    # saves input) is not modelled
     "interpolate": {"steps": [("upsample_nearest2d", A)]},
     "upsample": {"steps": [("upsample_nearest2d", A)]},
     "upsample_nearest": {"steps": [("upsample_nearest2d", A)]},
@@ -350,6 +394,13 @@ FUNCTIONAL = {
     "cosine_embedding_loss": {"steps": [("cosine_embedding_loss", A)]},
     "triplet_margin_loss": {"steps": [("triplet_margin_loss", A)]},
     "ctc_loss": {"steps": [("ctc_loss.Tensor", A)]},
+    "adaptive_max_pool1d_with_indices": {"steps": [("adaptive_max_pool1d", A)]},
+    "adaptive_max_pool2d_with_indices": {"steps": [("adaptive_max_pool2d", A)]},
+    "adaptive_max_pool3d_with_indices": {"steps": [("adaptive_max_pool3d", A)]},
+    "fractional_max_pool2d": {"steps": [("fractional_max_pool2d", {"self": "input"})]},
+    "fractional_max_pool3d": {"steps": [("fractional_max_pool3d", {"self": "input"})]},
+    "fractional_max_pool2d_with_indices": {"steps": [("fractional_max_pool2d", {"self": "input"})]},
+    "fractional_max_pool3d_with_indices": {"steps": [("fractional_max_pool3d", {"self": "input"})]},
     "max_unpool1d": {"steps": [("max_unpool2d", A)]},
     "max_unpool2d": {"steps": [("max_unpool2d", A)]},
     "max_unpool3d": {"steps": [("max_unpool3d", A)]},
@@ -376,8 +427,6 @@ PY_OPS = [
      "steps": [("pow.Scalar", {"exponent": "self"})]},
     {"name": "__rmatmul__", "overload": "", "params": ["self", "other"], "kinds": "TT", "returns": "T",
      "steps": [("matmul", {"self": "other", "other": "self"})]},
-    {"name": "split", "overload": "py", "params": ["self", "split_size", "dim"], "kinds": "TNN",
-     "returns": "L", "view": True, "steps": [("split.Tensor", {"self": "self"})]},
 ]
 # Integer/bool casts (Tensor.long() ...): the result never requires grad.
 for _cast in ("long", "int", "short", "byte", "char", "bool"):
@@ -398,7 +447,7 @@ NAME_ALIASES = {
     "__ror__": "bitwise_or", "__rxor__": "bitwise_xor", "__iter__": "unbind",
     "T": "numpy_T", "H": "adjoint", "float": "to", "double": "to", "half": "to",
     "bfloat16": "to", "cfloat": "to", "cdouble": "to", "cpu": "to", "cuda": "to",
-    "type": "to", "logsigmoid": "log_sigmoid", "norm_py": "norm",
+    "type": "to", "logsigmoid": "log_sigmoid",
 }
 
 
@@ -419,9 +468,18 @@ def load_native():
     from torchgen.packaged.autograd.load_derivatives import load_derivatives
 
     derivatives, native, tags = _torchgen_paths()
-    infos, _ = load_derivatives(derivatives, native, tags)
-    funcs = parse_native_yaml(native, tags).native_functions
-    return match_differentiability_info(funcs, infos)
+    # torchgen builds ~7000 distinct regexes while loading derivatives.yaml; the stdlib
+    # cache holds 512, so most get compiled twice.  A bigger cache saves ~15%.
+    saved_cache = getattr(re, "_MAXCACHE", None)
+    if saved_cache is not None:
+        re._MAXCACHE = max(saved_cache, 16384)
+    try:
+        infos, _ = load_derivatives(derivatives, native, tags)
+        funcs = parse_native_yaml(native, tags).native_functions
+        return match_differentiability_info(funcs, infos)
+    finally:
+        if saved_cache is not None:
+            re._MAXCACHE = saved_cache
 
 
 def type_kind(t) -> str:
@@ -514,6 +572,7 @@ def native_entry(fn):
         "name": name, "overload": schema.name.overload_name, "ns": "aten",
         "params": names, "kinds": kinds, "npos": len(positional),
         "nreq": sum(1 for a in positional if a.default is None), "returns": returns,
+        "kwreq": [a.name for a in args.flat_kwarg_only if a.default is None],
         "variants": ("f" if any(v.name == "function" for v in f.variants) else "")
                     + ("m" if any(v.name == "method" for v in f.variants) else ""),
     }
@@ -528,11 +587,17 @@ def native_entry(fn):
     has_tensor_out = any(c in "TL" for c in returns)
     nondiff_name = base in DONT_REQUIRE_DERIVATIVE or name in DONT_REQUIRE_DERIVATIVE
 
+    if name in ("requires_grad_", "detach_"):
+        # change autograd metadata of self and return it: no data write, no version bump
+        entry.pop("inplace", None)
+        entry.update(view=True, diff=False, saves={}, via="manual")
+        return entry
     if f.has_composite_implicit_autograd_kernel:
         # Dense tensors run the decomposition; derivatives.yaml entries of such ops
         # only serve other dispatch keys (nested, mkldnn, ...).
         entry["_composite"] = True
-        entry["_formula"] = _formula_saves(fn, info, inplace, names) if info is not None and info.has_derivatives else None
+        has_formula = info is not None and info.has_derivatives
+        entry["_formula"] = _formula_saves(fn, info, inplace, names) if has_formula else None
         entry["_tensor_params"] = tensor_params
         return entry
 
@@ -626,12 +691,14 @@ class Composer:
         tparams = e.pop("_tensor_params")
         has_tensor_out = any(c in "TL" for c in e["returns"])
         base = e["name"][:-1] if e["name"].endswith("_") and not e["name"].endswith("__") else e["name"]
+        from torchgen.packaged.autograd.gen_variable_type import DONT_REQUIRE_DERIVATIVE
         if (not has_tensor_out or not tparams or key in NONDIFF_COMPOSITE_KEYS
-                or e["name"] in NONDIFF_COMPOSITE or base in NONDIFF_COMPOSITE):
+                or e["name"] in NONDIFF_COMPOSITE
+                or e["name"] in DONT_REQUIRE_DERIVATIVE or base in DONT_REQUIRE_DERIVATIVE):
             e.update(diff=False, via="none")
         elif steps is not None:
             how, steps = steps
-            self.apply(e, steps, how)
+            self.apply_any(e, steps, how)
         elif formula is not None:
             e.update(diff=True, saves=formula, via="formula-proxy")
         else:
@@ -655,6 +722,23 @@ class Composer:
                 if cand in self.entries and cand != key:
                     return "alias", [(cand, "POS")]
         return None
+
+    def apply_any(self, e, steps, how):
+        """steps, or ("any_of", [steps, ...]): the union over the alternatives."""
+        if not (isinstance(steps, tuple) and steps and steps[0] == "any_of"):
+            return self.apply(e, steps, how)
+        saves, targets = {}, []
+        for alt in steps[1]:
+            self.apply(e, alt, how)
+            for p, s in e.get("saves", {}).items():
+                saves[p] = sorted(set(saves.get(p, [])) | set(s))
+            targets += [t for t in e["decomposes_to"] if t not in targets]
+        e.pop("saves", None)
+        e["diff"] = bool(saves)
+        if saves:
+            e["saves"] = saves
+        e["via"] = how if saves else "none"
+        e["decomposes_to"] = targets
 
     def apply(self, e, steps, how):
         params = e["params"]
@@ -722,6 +806,8 @@ def _annotation_kind(param) -> str:
             return "T"
         return "O"
     optional = "None" in text or "Optional" in text
+    if "Callable" in text:
+        return "O"
     if "Tensor" in text and ("list" in text.lower() or "Sequence" in text or "tuple" in text.lower()):
         return "L" if "int" not in text and "float" not in text else ("t" if optional else "T")
     if "Tensor" in text:
@@ -780,6 +866,7 @@ def functional_entries(composer):
         names = [p.name for p in params]
         e = {"name": name, "overload": "", "ns": "F", "params": names, "kinds": kinds,
              "npos": npos, "nreq": sum(1 for p in params[:npos] if p.default is inspect.Parameter.empty),
+             "kwreq": [p.name for p in params[npos:] if p.default is inspect.Parameter.empty],
              "returns": "T"}
         spec = FUNCTIONAL.get(name)
         if "inplace" in names and spec and "inplace" in spec:
@@ -795,7 +882,7 @@ def functional_entries(composer):
                 e.update(diff=True, saves={p: list(tparams) for p in tparams}, via="conservative")
             out.append(e)
             continue
-        composer.apply(e, spec["steps"], "decomposition")
+        composer.apply_any(e, spec["steps"], "decomposition")
         out.append(e)
         if "inplace" in spec:
             ie = {k: v for k, v in e.items() if k not in ("saves", "diff", "via", "decomposes_to", "inplace_param")}
@@ -817,12 +904,61 @@ def py_entries(composer):
             e["diff"] = spec.get("diff", True)
             e["via"] = "none"
         else:
-            composer.apply(e, spec["steps"], "decomposition")
+            composer.apply_any(e, spec["steps"], "decomposition")
         out.append(e)
     return out
 
 
 # --------------------------------------------------------------------------- main
+
+# Internal ATen ops user code does not call (backends, sparse/quantized/nested
+# tensors, foreach kernels, backward kernels).  Not shipped, to keep ops.json small,
+# unless a decomposition refers to them; the loader's conservative default covers them.
+INTERNAL = re.compile(
+    r"^_foreach_|_backward|sparse|quantize|quantized|^q_|fbgemm|mkldnn|cudnn|miopen|^_nested"
+    r"|^_test|^_fused_|^_flash|^_efficient|^_scaled_|_mps|^mps_|^_cslt|^_cufft|^_amp_|^_mkl"
+    r"|^_sobol|fake_quant|^_thnn|^_weight_int|^_dyn_quant|^_int_mm|^_convert_weight|^_make_per"
+    r"|^_use_|^_validate|^_assert|^_functional_|^_print|^_has_|^_debug|^_coalesce|^_indices"
+    r"|^_values|indices$|^_chunk_cat|^_jagged|^_padded_dense|^_to_cpu|^_propagate_xla|^_philox"
+    r"|^_histogramdd|^_embedding_bag_|^_cummax_helper|^_cummin_helper|^_lstm_mps|^_linalg_check"
+    r"|^_transformer|^_native_multi_head|^_triton|^_masked_softmax|^_safe_softmax|^_spsolve"
+    r"|^_transform_bias|^_autocast|^_batch_norm_|^_native_batch_norm_legit|^_ctc_loss|^_segment"
+    r"|^_compute_linear|^_efficientzerotensor|^_fw_primal_copy|^_make_dual_copy|_copy$|^_copy_from"
+    r"|^_resize_output|^_dirichlet|^_sample_dirichlet|^_standard_gamma|^_rowwise_prune|^_saturate"
+    r"|^_choose_qparams|^_wrapped_|^_dimI|^_dimV|^_nnz|^_shape_as_tensor|^_reshape_from_tensor"
+    r"|^_cast_|^_sym_|^sym_|^_functionalize|^_unsafe_|^_lazy_clone|^_conj_copy|^_neg_view_copy"
+    r"|^_mixed_dtypes|^_grouped_mm|^_addmm_activation|^_fft_c2c_|^_index_put_impl|^_local_scalar"
+    r"|^_stack|^_pin_memory|^_is_|^_logcumsumexp|^_aminmax|^_unique|^_nnpack|^_pdist|^_cdist"
+    r"|^_euclidean|^_weight_norm|^_add_relu|^_new_zeros_with|^_print|^_ragged|^hash_tensor")
+
+
+def _shipped(ops):
+    keep = set()
+    for e in ops:
+        keep.update(e.get("decomposes_to", ()))
+    return [e for e in ops if e["ns"] != "aten" or op_key(e) in keep or not INTERNAL.search(e["name"])]
+
+
+# Field defaults: a field equal to its default is left out of the JSON.
+DEFAULTS = {"ns": "aten", "differentiable": True, "via": "formula", "returns": "T",
+            "view": False, "inplace": False, "variants": "fm"}
+
+
+def _compact(e):
+    e = dict(e)
+    e["differentiable"] = e.pop("diff")
+    if "npos" in e and e["npos"] == len(e["params"]):
+        del e["npos"]
+    if "nreq" in e and e["nreq"] == e.get("npos", len(e["params"])):
+        del e["nreq"]
+    if not e["differentiable"]:
+        e.pop("saves", None)
+    if not e.get("kwreq", True):
+        del e["kwreq"]
+    for k, v in DEFAULTS.items():
+        if e.get(k, v) == v:
+            e.pop(k, None)
+    return e
 
 def generate():
     import torch
@@ -839,12 +975,13 @@ def generate():
         composer.finish_native(key)
     fentries, builtin_aliases = functional_entries(composer)
     pentries = py_entries(composer)
-    aliases = dict(NAME_ALIASES)
-    aliases.update(builtin_aliases)
-    ops = sorted(list(entries.values()) + fentries + pentries,
+    ops = sorted(_shipped(list(entries.values()) + fentries + pentries),
                  key=lambda e: (e["ns"], e["name"], e["overload"]))
+    names = {e["name"] for e in ops}
+    aliases = dict(NAME_ALIASES)
+    aliases.update((k, v) for k, v in builtin_aliases.items() if v in names and k not in names)
     return {"torch": torch.__version__.split("+")[0], "aliases": dict(sorted(aliases.items())),
-            "ops": ops}
+            "defaults": DEFAULTS, "ops": [_compact(e) for e in ops]}
 
 
 def dumps(data) -> str:
@@ -854,6 +991,7 @@ def dumps(data) -> str:
                      "do not edit by hand, re-run the script.  Field meanings: see the script's docstring."),
         "torch": data["torch"],
         "aliases": data["aliases"],
+        "defaults": data["defaults"],
     }
     lines = ["{"]
     for k, v in head.items():

@@ -194,8 +194,10 @@ def test_notebook_findings_name_cell_and_line(tmp_path):
     assert {"cell": 3, "line": 1}.items() <= record["related"][0].items()
 
 
-def test_broken_notebook_is_one_line(tmp_path):
+def test_broken_notebook_is_one_line_and_other_languages_are_passed_over(tmp_path):
     write(tmp_path / "broken.ipynb", "{not json")
+    write(tmp_path / "r.ipynb", json.dumps({"cells": [{"cell_type": "code", "source": "x <- c(1, 2)"}],
+                                           "metadata": {"kernelspec": {"language": "R"}}}))
     write(tmp_path / "bad.py", DOUBLE_BACKWARD)
     run = gradguard("check", ".", cwd=tmp_path)
     assert run.returncode == 1 and gg001_lines(run.stdout)

@@ -33,7 +33,7 @@ exclude = ["generated"]
     assert config.select == {"GG0"} and config.ignore == {"GG002"}
     assert config.severity == {"GG001": "warning"}
     assert config.timeout == 2.0 and config.exclude == ("generated",)
-    assert config.root == tmp_path.resolve()
+    assert config.source == (tmp_path / "pyproject.toml").resolve()
 
 
 def test_nearest_pyproject_with_the_table_wins(tmp_path):
@@ -98,6 +98,6 @@ def test_tool_gradguard_must_be_a_table(tmp_path):
 def test_explicit_config_file(tmp_path):
     path = write(tmp_path / "elsewhere.toml", '[tool.gradguard]\nenabled = false\n')
     assert load_config_file(path).enabled is False
-    assert load_config_file(write(tmp_path / "plain.toml", "")) == Config(root=tmp_path.resolve())
+    assert load_config_file(write(tmp_path / "plain.toml", "")) == Config(source=(tmp_path / "plain.toml").resolve())
     with pytest.raises(ConfigError, match="no such file"):
         load_config_file(tmp_path / "missing.toml")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import warnings
 
+from gradguard.engine import binder
 from gradguard.engine.interp import AnalysisTimeout, Interpreter
 from gradguard.findings import Finding
 from gradguard.rules import ALL_RULES
@@ -28,6 +29,8 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
     Raises SyntaxError if the text does not parse and AnalysisTimeout past `deadline`
     (a `time.monotonic()` value)."""
     tree = parse(source, path)
+    if not binder.worth_analysing(source):
+        return []
     facts = Interpreter(source, tree, deadline).run()
     findings: dict = {}
     for rule_cls in ALL_RULES:

@@ -62,7 +62,7 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
     result = Checked(path, cells=cells)
     if not config.enabled:
         return result
-    if "\0" in text:  # Python before 3.11.? raises ValueError, not SyntaxError, for this
+    if "\0" in text:  # Python 3.10 and older raise ValueError, not SyntaxError, for this
         result.error = f"{path}: syntax error: source contains a null byte"
         return result
     try:
@@ -76,9 +76,9 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         result.internal = True
     else:
         noqa = noqa_map(text) if findings else {}
-        kept = (finding.with_severity(config.severity.get(finding.code, finding.severity))
-                for finding in findings if config.selects(finding.code) and not is_suppressed(finding, noqa))
-        result.findings = sorted(kept, key=lambda f: (f.span.line, f.span.column, f.code))
+        result.findings = [finding.with_severity(config.severity.get(finding.code, finding.severity))
+                           for finding in findings
+                           if config.selects(finding.code) and not is_suppressed(finding, noqa)]
     return result
 
 
@@ -112,13 +112,18 @@ def notebook_source(data: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
     """The code cells of a notebook as one module, and where each cell starts in it.
 
     IPython lines (`%magic`, `!shell`) become `pass` at the same indentation so line numbers
-    and blocks stay intact; a cell run by a non-Python cell magic (`%%bash`) is left out.
-    Raises ValueError when the bytes are not a notebook.
+    and blocks stay intact; a cell run by a non-Python cell magic (`%%bash`) is left out, and
+    so is every cell of a notebook whose kernel is not Python.  Raises ValueError (or
+    TypeError, for cells of the wrong type) when the bytes are not a notebook.
     """
     notebook = json.loads(data)
-    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    cells = _get(notebook, "cells")
     if not isinstance(cells, list):
         raise ValueError("no list of cells")
+    language = _get(notebook, "metadata", "kernelspec", "language") or \
+        _get(notebook, "metadata", "language_info", "name") or "python"
+    if str(language).lower() != "python":
+        return "", ()
     lines: list[str] = []
     starts = []
     for number, cell in enumerate(cells, 1):
@@ -165,12 +170,19 @@ def _excluded(path: Path, config: Config) -> bool:
     if not config.exclude:
         return False
     names = [path.name]
-    if config.root is not None:
+    if config.source is not None:
         try:
-            names.append(path.resolve().relative_to(config.root).as_posix())
+            names.append(path.resolve().relative_to(config.source.parent).as_posix())
         except ValueError:  # outside the project: only the name can match
             pass
     return any(fnmatch.fnmatch(name, pattern) for name in names for pattern in config.exclude)
+
+
+def _get(document, *keys):
+    """`document[k1][k2]...`, or None where a level is missing or not a JSON object."""
+    for key in keys:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
 
 
 def _without_magic(line: str) -> str:

@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gradguard: error: {exc}", file=sys.stderr)
     except SystemExit as exc:  # --help and --version
         return exc.code or 0
+    except BrokenPipeError:  # `gradguard check . | head`: stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 2
 
 
@@ -89,7 +92,7 @@ def run_check(args: argparse.Namespace) -> int:
         overrides["ignore"] = [*overrides.get("ignore", config.ignore), *args.ignore]
     config = config.merged(overrides, "command line")
     if not config.enabled:
-        print(f"gradguard: disabled by 'enabled = false' in {config.root}", file=sys.stderr)
+        print(f"gradguard: disabled by 'enabled = false' in {config.source}", file=sys.stderr)
         return 0
 
     found = []  # (result, finding) in output order

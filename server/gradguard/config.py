@@ -38,7 +38,7 @@ class Config:
     enabled: bool = True
     timeout: float = 5.0  # seconds of analysis per file
     exclude: tuple[str, ...] = ()  # glob patterns, skipped while walking directories
-    root: Path | None = None  # the directory of the pyproject.toml the settings came from
+    source: Path | None = None  # the pyproject.toml the settings came from; `exclude` is relative to it
 
     def selects(self, code: str) -> bool:
         """Whether findings of rule `code` are reported (see the module docstring)."""
@@ -101,7 +101,7 @@ def _read_table(path: Path) -> dict | None:
 
 
 def _from_table(table: dict, path: Path) -> Config:
-    return replace(Config(**_validated(table, f"{path}: [tool.gradguard]")), root=path.resolve().parent)
+    return replace(Config(**_validated(table, f"{path}: [tool.gradguard]")), source=path.resolve())
 
 
 def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:

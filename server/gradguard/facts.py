@@ -19,7 +19,6 @@ class Region:
 
     id: tuple
     node: ast.AST  # the expression that created it
-    label: str  # its source text, shortened
     saves: bool = False  # it saved tensors for backward (freeing it matters)
     certain: bool = False  # its result certainly required grad (only such regions are reported)
     saved_objs: set = field(default_factory=set)  # storage ids it saved
@@ -95,7 +94,15 @@ class Facts:
     accumulations: dict = field(default_factory=dict)
     loop_steps: dict = field(default_factory=dict)
     consumed_regions: set = field(default_factory=set)  # regions some backward reached
-    parents: dict = field(default_factory=dict)  # AST child -> parent, for fixes that edit statements
+
+    @cached_property
+    def parents(self) -> dict:
+        """AST child -> parent, built only when a finding needs a fix that edits statements."""
+        out = {}
+        for parent in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(parent):
+                out[child] = parent
+        return out
 
     @cached_property
     def positions(self) -> Positions:
@@ -105,5 +112,5 @@ class Facts:
         return self.positions.span(node)
 
     def text(self, node, limit: int = 50) -> str:
-        seg = " ".join((ast.get_source_segment(self.source, node) or "").split())
+        seg = " ".join(self.positions.segment(node).split())
         return seg if len(seg) <= limit else seg[: limit - 1] + "…"

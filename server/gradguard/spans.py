@@ -24,3 +24,14 @@ class Positions:
         if end_col is None:
             end_col = len(self.lines[end - 1].encode("utf-8")) if 0 < end <= len(self.lines) else node.col_offset
         return Span(line, self.column(line, node.col_offset), end, self.column(end, end_col))
+
+    def segment(self, node: ast.AST) -> str:
+        """The node's source text (like `ast.get_source_segment`, without re-splitting the file)."""
+        sp = self.span(node)
+        if not 0 < sp.line <= sp.end_line <= len(self.lines):
+            return ""
+        if sp.line == sp.end_line:
+            return self.lines[sp.line - 1][sp.column:sp.end_column]
+        parts = [self.lines[sp.line - 1][sp.column:], *self.lines[sp.line:sp.end_line - 1],
+                 self.lines[sp.end_line - 1][:sp.end_column]]
+        return "\n".join(parts)

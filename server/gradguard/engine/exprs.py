@@ -516,12 +516,22 @@ class Expressions:
         return Obj(cid, "class") if cid in self.class_nodes else None
 
     def iterate_instance(self, obj, st):
+        """Elements of `for x in obj`: what `__iter__` yields, or `__next__` returns when
+        `__iter__` returns an iterator object (often `self`)."""
         cls = self.obj_class.get(obj.id)
         it = self.class_lookup(cls, "__iter__", st) if cls is not None else None
         if it is None:
             return UNKNOWN
         gen = self.call_value(self.bind_class_member(it, obj, st, None), [], {}, st, self._iter_node(obj))
-        return self.iter_elements(gen, st)
+        out = EMPTY
+        for a in gen:
+            if isinstance(a, Obj) and a.kind == "instance":
+                nxt = self.class_lookup(self.obj_class.get(a.id), "__next__", st) if self.obj_class.get(a.id) else None
+                out = join(out, self.call_value(self.bind_class_member(nxt, a, st, None), [], {}, st,
+                                                self._iter_node(a)) if nxt is not None else UNKNOWN)
+            else:
+                out = join(out, self.iter_elements(frozenset({a}), st))
+        return out if out else UNKNOWN
 
     def _iter_node(self, obj):
         return self.class_nodes.get(self.obj_class.get(obj.id))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import time
 
+from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
 from gradguard.engine.torch_sem import TorchSemantics
@@ -27,6 +28,10 @@ from gradguard.facts import Facts
 MAX_LOOP_ROUNDS = 6
 MAX_CALL_DEPTH = 6
 MAX_CTX = 4
+# Work bound: statements interpreted per file.  Past it, calls are no longer followed into
+# their bodies and loops take two rounds, so huge files degrade in precision, not in time.
+BUDGET_BASE = 20000
+BUDGET_PER_LINE = 20
 
 
 class AnalysisTimeout(Exception):
@@ -36,13 +41,12 @@ class AnalysisTimeout(Exception):
 class Frame:
     """One activation: a module body or an inlined function call."""
 
-    def __init__(self, func, ctx, is_module=False, class_obj=None):
+    def __init__(self, func, ctx, is_module=False, class_obj=None, names=(frozenset(), frozenset())):
         self.func = func
         self.ctx = ctx
         self.is_module = is_module
         self.class_obj = class_obj  # for class bodies: names are written to the class object
-        self.locals = _local_names(func) if func is not None and not isinstance(func, ast.Lambda) else set()
-        self.globals_declared = _global_names(func) if func is not None else set()
+        self.locals, self.globals_declared = names
         self.ret = EMPTY
         self.ret_state = None
         self.yields = EMPTY
@@ -66,15 +70,15 @@ def _local_names(func) -> set:
                 names.add((alias.asname or alias.name).split(".")[0])
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
-    return names - _global_names(func)
+    return names
 
 
-def _global_names(func) -> set:
+def _global_names(func) -> frozenset:
     out = set()
     for node in _walk_own(func):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             out.update(node.names)
-    return out
+    return frozenset(out)
 
 
 def _walk_own(func):
@@ -104,38 +108,53 @@ class Interpreter(Expressions, TorchSemantics):
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
         self.parents: dict = {}  # module object id -> parent module ids
         self.no_grad_funcs: set = set()
-        self.parent_of: dict = self.facts.parents
-        for parent in ast.walk(tree):
-            for child in ast.iter_child_nodes(parent):
-                self.parent_of[child] = parent
+        self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
         self.lines = source.splitlines()
+        self.sites = binder.functions(tree)
+        self.owner_of = {f.node: f.owner for f in self.sites}
+        self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
         frame = Frame(None, (), is_module=True)
-        st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True)
+        st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True, {})
         self.frames.append(frame)
-        st = self.exec_block(self.tree.body, st)
+        end = self.exec_block(self.tree.body, st)
+        self.analyse_unreached(end if end is not None else st)
         self.frames.pop()
-        self.analyse_unreached(st if st is not None else State({}, {GLOBALS: {}}, True))
         return self.facts
 
     def analyse_unreached(self, st: State) -> None:
-        """Functions no module-level code called: analyse them with unknown arguments."""
-        for node in ast.walk(self.tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node in self.analysed_funcs:
+        """Functions no module-level code called and whose text has a sink: analyse them with
+        unknown arguments (methods with `self` an instance made by running `__init__`)."""
+        instances: dict = {}
+        for site in self.sites:
+            node, owner = site.node, site.owner
+            if node in self.analysed_funcs or not binder.has_sink(self.lines, node):
                 continue
-            owner = self.parent_of.get(node)
             self_value = UNKNOWN
-            if isinstance(owner, ast.ClassDef):
+            if owner is not None:
                 cls = self.class_of_node(owner)
                 if cls is not None:
-                    self_value = self.instantiate(cls, [], {}, st, node, run_init=True, ctx=("root", id(node)))
-            args = [self_value] if isinstance(owner, ast.ClassDef) else []
+                    if owner not in instances:
+                        instances[owner] = self.instantiate(cls, [], {}, st, owner, run_init=True,
+                                                            ctx=("root", id(owner)))
+                    self_value = instances[owner]
+            args = [self_value] if owner is not None else []
             self.call_function(Func(node), args, {}, st.copy(), node, root=True)
 
+    def names_of(self, func) -> tuple:
+        """(local names, names declared global, is a generator) of a function, computed once."""
+        cached = self.func_names.get(func)
+        if cached is None:
+            glob = _global_names(func)
+            local = frozenset() if isinstance(func, ast.Lambda) else frozenset(_local_names(func) - glob)
+            cached = self.func_names[func] = (local, glob, _is_generator(func))
+        return cached
+
     def check_time(self):
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        self.budget -= 1
+        if self.deadline is not None and not self.budget & 255 and time.monotonic() > self.deadline:
             raise AnalysisTimeout()
 
     @property
@@ -289,6 +308,8 @@ class Interpreter(Expressions, TorchSemantics):
         return out
 
     def stmt_With(self, s, st):
+        if any(_expects_error(item.context_expr) for item in s.items):
+            return self.exec_expecting_error(s, st)
         saved_grad = st.grad
         for item in s.items:
             ctx = self.eval(item.context_expr, st)
@@ -303,6 +324,13 @@ class Interpreter(Expressions, TorchSemantics):
         return out
 
     stmt_AsyncWith = stmt_With
+
+    def exec_expecting_error(self, s, st):
+        """`with pytest.raises(...)` / `self.assertRaises(...)`: the error is the test's point."""
+        saved = (dict(self.facts.backwards), dict(self.facts.inplaces))
+        out = self.exec_block(s.body, st.copy())
+        self.facts.backwards, self.facts.inplaces = saved
+        return join_states(st, out)
 
     def stmt_Try(self, s, st):
         body = self.exec_block(s.body, st.copy())
@@ -399,7 +427,7 @@ class Interpreter(Expressions, TorchSemantics):
         back = None
         breaks = None
         try:
-            for _ in range(MAX_LOOP_ROUNDS):
+            for _ in range(MAX_LOOP_ROUNDS if self.budget > 0 else 2):
                 fr.loop_exits.append([None, None])
                 body_st = head.copy()
                 enter(body_st)
@@ -443,11 +471,13 @@ class Interpreter(Expressions, TorchSemantics):
     def call_function(self, func: Func, args, kwargs, st: State, call_node, root=False):
         node = func.node
         self.analysed_funcs.add(node)
-        if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH:
-            return UNKNOWN
+        if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH or \
+                (self.budget < 0 and not root):
+            return self.call_unknown(args, kwargs, st, call_node)
         ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
-        frame = Frame(node, ctx)
-        callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad)
+        local, glob, generator = self.names_of(node)
+        frame = Frame(node, ctx, names=(local, glob))
+        callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
         callee.heap = st.heap  # defaults may have allocated containers
         self.frames.append(frame)
@@ -474,7 +504,7 @@ class Interpreter(Expressions, TorchSemantics):
             mark_dirty(st, frozenset(frame.dirtied), env_only=True)
             if self.frames:
                 self.frame.dirtied |= frame.dirtied
-        if _is_generator(node):
+        if generator:
             return self.make_sequence(frame.yields, st, call_node)
         return frame.ret if frame.ret else UNKNOWN
 
@@ -520,6 +550,12 @@ class Interpreter(Expressions, TorchSemantics):
             if fr.func is not None:
                 return fr.func
         return None
+
+
+def _expects_error(expr) -> bool:
+    func = expr.func if isinstance(expr, ast.Call) else expr
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name.startswith("assertRaises") or name == "raises"
 
 
 def _has_jumps(body) -> bool:

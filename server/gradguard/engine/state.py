@@ -15,15 +15,19 @@ GLOBALS = ("<module>",)
 
 
 class State:
-    __slots__ = ("env", "heap", "grad")
+    """`statics` holds class objects' attributes, shared by every state of one analysis:
+    class bodies are bound once, and keeping them out of the heap keeps joins cheap."""
 
-    def __init__(self, env: dict, heap: dict, grad):
+    __slots__ = ("env", "heap", "grad", "statics")
+
+    def __init__(self, env: dict, heap: dict, grad, statics: dict):
         self.env = env
         self.heap = heap
         self.grad = grad  # grad mode: True (enabled), False (no_grad), None (unknown)
+        self.statics = statics
 
     def copy(self) -> "State":
-        return State(dict(self.env), dict(self.heap), self.grad)
+        return State(dict(self.env), dict(self.heap), self.grad, self.statics)
 
     def __eq__(self, other):
         return (isinstance(other, State) and self.grad == other.grad and self.env == other.env
@@ -32,10 +36,13 @@ class State:
     __hash__ = None
 
     def get_attr(self, obj_id, name):
-        attrs = self.heap.get(obj_id)
+        attrs = (self.statics if obj_id[0] == "class" else self.heap).get(obj_id)
         return None if attrs is None else attrs.get(name)
 
     def set_attr(self, obj_id, name, value, strong=True):
+        if obj_id[0] == "class":
+            self.statics.setdefault(obj_id, {})[name] = value
+            return
         attrs = self.heap.get(obj_id, {})
         if not strong and name in attrs:
             value = join(attrs[name], value)
@@ -59,11 +66,15 @@ def join_states(a: State | None, b: State | None) -> State | None:
         return b
     if b is None:
         return a
-    heap = dict(a.heap)
-    for k, attrs in b.heap.items():
-        mine = heap.get(k)
-        heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
-    return State(_join_dicts(a.env, b.env), heap, tri_join(a.grad, b.grad))
+    if a.heap is b.heap:
+        heap = a.heap
+    else:
+        heap = dict(a.heap)
+        for k, attrs in b.heap.items():
+            mine = heap.get(k)
+            if mine is not attrs:
+                heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
+    return State(_join_dicts(a.env, b.env), heap, tri_join(a.grad, b.grad), a.statics)
 
 
 def _rewrite(st: State, fn, env_only: bool) -> None:

@@ -48,11 +48,6 @@ class TorchSemantics:
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
 
-    def text(self, node, limit=60) -> str:
-        seg = ast.get_source_segment(self.source, node) if hasattr(node, "lineno") else None
-        seg = " ".join((seg or "").split())
-        return seg if len(seg) <= limit else seg[: limit - 1] + "…"
-
     def grad_mode_of(self, v):
         modes = set()
         for a in v:
@@ -90,7 +85,7 @@ class TorchSemantics:
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False) -> Region:
         reg = self.facts.regions.get(rid)
         if reg is None:
-            reg = Region(rid, node, self.text(node), loops=tuple(self.frame.loops),
+            reg = Region(rid, node, loops=tuple(self.frame.loops),
                          function=self.current_function())
             self.facts.regions[rid] = reg
         reg.saves |= saves
@@ -527,6 +522,12 @@ class TorchSemantics:
             return UNKNOWN
         if last in ("clip_grad_norm_", "clip_grad_value_"):
             return frozenset({Num()})
+        if ".init." in dotted or dotted.startswith("init."):
+            # torch.nn.init functions write in place under no_grad: a version bump, never a leaf error
+            t = tensor_of(args[0]) if args else None
+            if t is not None:
+                self.version_bump(node, t.objs, st)
+            return args[0] if args else UNKNOWN
         tensor_args = [a for a in args if tensor_of(a) is not None]
         if not tensor_args:
             return self.call_unknown(args, kwargs, st, node)
@@ -595,7 +596,7 @@ class TorchSemantics:
             return const(t) if t is not None else UNKNOWN
         if name == "super":
             fn = self.current_function()
-            owner = self.parent_of.get(fn)
+            owner = self.owner_of.get(fn)
             fr = self.frame
             if isinstance(owner, ast.ClassDef) and fr.self_value is not None:
                 return frozenset({Super(fr.self_value, ("class", id(owner)))})

@@ -114,12 +114,12 @@ for step in range(3):
             again = b.node in freeing
             where = "an earlier iteration's backward" if again else \
                 ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in freeing[:2]) or "an earlier backward"
-            message = (f"`{root}` is backpropagated through the graph of `{first.label}` (line {first.node.lineno}), "
+            message = (f"`{root}` is backpropagated through the graph of `{facts.text(first.node)}` (line {first.node.lineno}), "
                        f"which {where} already freed: this raises 'Trying to backward through the graph a second "
                        f"time'")
             related = [(facts.span(n), "the graph is freed here" + (" (previous iteration)" if n is b.node else ""))
                        for n in freeing[:3] if n is not b.node or again]
-            related.append((facts.span(first.node), f"`{first.label}` is computed here, with a graph"))
+            related.append((facts.span(first.node), f"`{facts.text(first.node)}` is computed here, with a graph"))
             from gradguard.findings import Related
             yield self.finding(message, facts.span(b.node), [Related(s, m) for s, m in related],
                                self.fixes(facts, b, regions, freeing))

@@ -1,0 +1,716 @@
+"""Checks on GradGuard's torch knowledge (server/gradguard/knowledge).
+
+Three layers:
+* data checks that need no torch: the facts the rules rely on (what mul/mm/conv/
+  softmax save, views, in-place ops, defaults, module table);
+* an oracle against the installed torch: for each case, make one input require grad,
+  bump the version of every input/output in turn (torch.autograd.graph.
+  increment_version) and see whether backward then fails with "modified by an
+  inplace operation" - exactly the tensors autograd saved - and compare with the data;
+* the generator re-run into a temp dir must reproduce the shipped ops.json.
+Tests needing torch skip (with the reason) when torch is not importable.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gradguard import knowledge as K
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KNOWLEDGE_DIR = os.path.join(ROOT, "server", "gradguard", "knowledge")
+
+
+def saves(name, kinds=(), keywords=(), **kw):
+    info = K.resolve(name, kinds, keywords, **kw)
+    return {p: set(v) for p, v in info.saves.items()}
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:  # pragma: no cover - depends on the environment
+        pytest.skip(f"torch is not importable ({exc}); oracle checks need the real torch")
+    return sys.modules["torch"]
+
+
+# --------------------------------------------------------------------------- data
+
+def test_sigmoid_saves_result():
+    assert saves("sigmoid", method=True) == {"self": {"result"}}
+    assert saves("torch.sigmoid", ["tensor"]) == {"self": {"result"}}
+
+
+def test_mul_tensor_saves_the_other_operand_and_mul_scalar_nothing():
+    assert saves("__mul__", ["tensor"]) == {"self": {"other"}, "other": {"self"}}
+    assert K.resolve("__mul__", ["tensor"]).key == "mul.Tensor"
+    assert saves("__mul__", ["number"]) == {"self": set()}
+    assert saves("__rmul__", ["number"]) == {"self": set()}
+    assert saves("torch.mul", ["tensor", "number"]) == {"self": set()}
+    assert saves("mul", ["tensor", "tensor"], method=False) == {"self": {"other"}, "other": {"self"}}
+
+
+def test_pow_overloads():
+    assert K.resolve("__pow__", ["number"]).key == "pow.Tensor_Scalar"
+    assert saves("__pow__", ["number"]) == {"self": {"self"}}
+    assert K.resolve("pow", ["tensor"], method=True).key == "pow.Tensor_Tensor"
+    assert saves("__rpow__", ["number"]) == {"self": {"self", "result"}}
+
+
+def test_sum_and_mean_save_nothing():
+    assert saves("sum", method=True) == {"self": set()}
+    assert saves("sum", ["number"], method=True) == {"self": set()}
+    assert saves("mean", method=True) == {"self": set()}
+
+
+def test_mm_saves_each_operand_for_the_others_grad():
+    s = saves("mm", ["tensor", "tensor"], method=False)
+    assert s["mat2"] == {"self"}  # W requires grad -> X saved
+    assert s["self"] == {"mat2"}  # X requires grad -> W saved
+    assert saves("__matmul__", ["tensor"]) == {"self": {"other"}, "other": {"self"}}
+
+
+def test_convolution_saves_input_and_weight():
+    s = saves("convolution")
+    assert s["input"] == {"input", "weight"} and s["weight"] == {"input", "weight"}
+    assert s["bias"] == {"input", "weight"}  # one formula computes all three grads
+    assert saves("F.conv2d", ["tensor", "tensor", "tensor"]) == s
+
+
+def test_relu_saves_result():
+    assert saves("relu", method=True) == {"self": {"result"}}
+    assert saves("F.relu", ["tensor"]) == {"input": {"result"}}
+    info = K.resolve("relu_", method=True)
+    assert info.inplace and info.saves["self"] == {"result"}
+
+
+def test_softmax_resolves_through__softmax():
+    for call in (K.resolve("softmax", ["number"], method=True), K.resolve("F.softmax", ["tensor", "number"]),
+                 K.resolve("torch.softmax", ["tensor", "number"])):
+        assert call.differentiable
+        assert set(next(iter(call.saves.values()))) == {"result"}, call
+    assert "_softmax" in K.resolve("softmax", ["number"], method=True).decomposes_to
+    assert saves("log_softmax", ["number"], method=True) == {"self": {"result"}}
+
+
+def test_linear_saves_weight_for_input_and_input_for_weight():
+    s = saves("F.linear", ["tensor", "tensor", "tensor"])
+    assert s == {"input": {"weight"}, "weight": {"input"}, "bias": set()}
+
+
+def test_cross_entropy_saves_target_not_input():
+    s = saves("F.cross_entropy", ["tensor", "tensor"])
+    assert s["input"] >= {"target"} and "input" not in s["input"] and "result" not in s["input"]
+    assert "target" not in s  # integer class targets get no gradient
+
+
+def test_pool_and_dropout_results_are_not_saved():
+    # relu_(max_pool2d(x)) is the common ResNet pattern; the pool keeps its indices, not its output
+    assert saves("F.max_pool2d", ["tensor", "number"]) == {"input": {"input"}}
+    assert saves("F.dropout", ["tensor"]) == {"input": set()}
+
+
+def test_nondifferentiable_ops():
+    for name in ("argmax", "argmin", "argsort", "eq", "ne", "lt", "gt", "ge", "le", "isnan", "nonzero",
+                 "__eq__", "__lt__", "long", "bool"):
+        binary = name in ("eq", "ne", "lt", "gt", "ge", "le") or name.startswith("__")
+        info = K.resolve(name, ["tensor"] if binary else [], method=True)
+        assert info.known and not info.differentiable, name
+        assert name in K.NONDIFF_METHODS, name
+    assert K.resolve("round", method=True).differentiable  # zero gradient, but a grad_fn
+    assert "round" not in K.NONDIFF_METHODS and "zeros" not in K.NONDIFF_METHODS  # factories: requires_grad=True
+    assert K.resolve("floor_divide", ["tensor"], method=True).backward_implemented is False
+
+
+def test_multi_output_ops():
+    info = K.resolve("max", ["number"], method=True)
+    assert info.key == "max.dim" and info.returns == "TT"
+    assert info.differentiable_outputs == {0}  # indices never require grad
+    assert info.saves["self"] == {"result1"}  # the indices are saved, the values are not
+    assert K.resolve("max", [], method=True).key == "max"
+    assert K.resolve("max", ["tensor"], method=True).key == "max.other"
+
+
+def test_views():
+    for name, kinds in (("view", ["number", "number"]), ("reshape", ["number"]), ("transpose", ["number", "number"]),
+                        ("permute", ["number", "number"]), ("select", ["number", "number"]), ("expand", ["number"]),
+                        ("squeeze", []), ("unsqueeze", ["number"]), ("t", []), ("T", []), ("narrow", ["number"] * 3),
+                        ("chunk", ["number"]), ("split", ["number"]), ("unbind", []), ("diagonal", []),
+                        ("as_strided", ["other", "other"]), ("view_as", ["tensor"]), ("unfold", ["number"] * 3),
+                        ("flatten", []), ("detach", []), ("__getitem__", ["number"]), ("__getitem__", ["other"])):
+        info = K.resolve(name, kinds, method=True)
+        assert info.known and info.view and not info.inplace, name
+    assert not K.resolve("__getitem__", ["tensor"]).view  # advanced indexing copies ...
+    assert K.resolve("__getitem__", ["tensor"]).saves["self"] == {"indices"}  # ... and keeps the index
+    assert not K.resolve("clone", method=True).view and not K.resolve("sum", method=True).view
+
+
+def test_inplace_ops():
+    for name, kinds in (("add_", ["tensor"]), ("relu_", []), ("masked_fill_", ["tensor", "number"]), ("zero_", []),
+                        ("copy_", ["tensor"]), ("fill_", ["number"]), ("clamp_", ["number", "number"]),
+                        ("mul_", ["number"]), ("sub_", ["tensor"]), ("div_", ["tensor"]),
+                        ("scatter_", ["number", "tensor", "tensor"]), ("index_put_", ["other", "tensor"]),
+                        ("__iadd__", ["tensor"]), ("__setitem__", ["number", "tensor"]),
+                        ("__setitem__", ["tensor", "tensor"])):
+        info = K.resolve(name, kinds, method=True)
+        assert info.known and info.inplace and not info.view, name
+    assert not K.resolve("add", ["tensor"], method=True).inplace
+    # a saved `self` of an in-place op is a private clone: not listed
+    assert K.resolve("mul_", ["tensor"], method=True).saves == {"self": {"other"}, "other": set()}
+    # F functions with inplace=True
+    ip = K.resolve("F.relu", ["tensor"], ["inplace"], inplace_flag=True)
+    assert ip.inplace and ip.saves == {"input": {"result"}}
+    assert not K.resolve("F.relu", ["tensor"]).inplace and K.resolve("F.relu", ["tensor"]).inplace_param == "inplace"
+
+
+def test_dunders_and_aliases():
+    expect = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__truediv__": "div", "__neg__": "neg",
+              "__rsub__": "rsub", "__iadd__": "add_", "__imul__": "mul_", "__matmul__": "matmul"}
+    for dunder, op in expect.items():
+        assert K.resolve(dunder, ["tensor"] if dunder != "__neg__" else []).name == op, dunder
+    assert K.resolve("__rtruediv__", ["number"]).saves == {"self": set()}  # reciprocal's result is internal
+    assert K.resolve("torch.linalg.inv", ["tensor"]).name == "linalg_inv"
+    assert K.resolve("F.logsigmoid", ["tensor"]).name == "log_sigmoid"
+    assert K.is_known("torch.nn.functional.mse_loss") and K.is_known("F.grid_sample") and K.is_known("__getitem__")
+
+
+def test_positional_binding_helpers():
+    where = K.resolve("where", ["tensor", "tensor"], method=True)
+    assert where.positional_params(method=True)[:2] == ("condition", "other")
+    assert K.resolve("mul", ["tensor", "tensor"], method=False).param_for_keyword("input") == "self"
+    assert K.resolve("view", ["number", "number", "number"], method=True).key == "view"  # varargs int list
+
+
+def test_unknown_name_gets_the_conservative_default():
+    info = K.resolve("frobnicate", ["tensor", "number", "unknown"], ["scale"], method=True)
+    assert not info.known and info.source == "default"
+    assert info.params == ("self", "arg0", "arg1", "arg2", "scale")
+    assert info.tensor_params == {"self", "arg0", "arg2", "scale"}
+    assert all(set(v) == set(info.tensor_params) for v in info.saves.values())
+    assert set(info.saves) == set(info.tensor_params)
+    assert info.differentiable and not info.view and not info.inplace
+    assert not K.is_known("frobnicate")
+    for bad in ("", ".", "torch.", "...x", None, 3):
+        assert isinstance(K.resolve(bad, ["tensor"]), K.OpInfo)  # never raises, never None
+
+
+def test_opinfo_is_hashable_and_cached():
+    a = K.resolve("mul", ["tensor"], method=True)
+    assert a is K.resolve("mul", ["tensor"], method=True)
+    assert hash(a) == hash(K.resolve("mul", ("tensor",), method=True))
+
+
+def test_module_info():
+    lin = K.module_info("Linear")
+    assert lin.has_params and lin.op == "linear" and lin.param_params == ("weight", "bias")
+    assert K.module_info("torch.nn.Linear") == lin and K.module_info("nn.modules.linear.Linear") == lin
+    relu = K.module_info("ReLU")
+    assert not relu.has_params and relu.inplace_arg == "inplace" and relu.inplace_pos == 0
+    assert relu.op_info().saves == {"self": {"result"}} and relu.op_info(inplace=True).inplace
+    assert K.module_info("LeakyReLU").inplace_pos == 1
+    assert K.module_info("Sequential").container and K.module_info("ModuleList").container
+    assert K.module_info("LSTM").recurrent and K.module_info("LSTM").returns_tuple
+    assert K.module_info("Conv2d").op == "convolution"
+    assert K.module_info("MyModel") is None and K.module_info(None) is None
+    assert K.module_info("Linear").op_info().saves["weight"] == {"input"}
+
+
+def test_api_tables():
+    assert {"tensor", "randn", "zeros", "arange", "from_numpy", "zeros_like", "LongTensor"} <= K.FACTORIES
+    assert "normal" in K.FACTORIES_NUMBERS_ONLY and "new_zeros" in K.FACTORY_METHODS
+    assert {"item", "tolist", "numpy", "__bool__", "__len__", "size", "dim", "numel"} <= K.GRAPH_FREE_METHODS
+    assert {"shape", "dtype", "device"} <= K.GRAPH_FREE_ATTRIBUTES
+    assert K.DETACH_METHODS == {"detach", "detach_"} and K.DETACH_ATTRIBUTES == {"data"}
+    assert {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+            "torch.autograd.grad_mode.no_grad"} <= K.NO_GRAD_CONTEXTS
+    assert "torch.enable_grad" in K.ENABLE_GRAD_CONTEXTS and "torch.set_grad_enabled" in K.SET_GRAD_ENABLED
+    assert {"SGD", "Adam", "AdamW", "LBFGS", "SparseAdam"} <= K.OPTIMIZERS
+    assert K.OPTIMIZER_STEP_METHODS == {"step"} and K.ZERO_GRAD_METHODS == {"zero_grad"}
+    b = K.BACKWARD_CALLS
+    assert b.tensor_method == "backward" and b.tensor_method_args["retain_graph_arg"] == 1
+    assert set(b.functions) == {"torch.autograd.backward", "torch.autograd.grad"}
+    assert {"manual_backward", "backward"} <= set(b.loss_methods) and "scale" in b.passthrough_methods
+    assert b.retain_graph_keyword == "retain_graph" and b.create_graph_keyword == "create_graph"
+    assert K.REQUIRES_GRAD_KEYWORD == "requires_grad" and K.TORCH_VERSION.startswith("2.")
+
+
+def test_data_is_consistent():
+    with open(os.path.join(KNOWLEDGE_DIR, "ops.json"), encoding="utf-8") as fh:
+        text = fh.read()
+    data = json.loads(text)
+    keys = {(o.get("ns", "aten"), o["name"], o["overload"]) for o in data["ops"]}
+    assert len(keys) == len(data["ops"])
+    aten = {o["name"] + ("." + o["overload"] if o["overload"] else "")
+            for o in data["ops"] if o.get("ns", "aten") == "aten"}
+    for o in data["ops"]:
+        assert len(o["kinds"]) == len(o["params"]), o["name"]
+        for t in o.get("decomposes_to", ()):
+            assert t in aten, (o["name"], t)
+        for p, saved in o.get("saves", {}).items():
+            assert p in o["params"], (o["name"], p)
+            for s in saved:
+                assert s in o["params"] or s.startswith("result"), (o["name"], s)
+    for alias, target in data["aliases"].items():
+        assert K.is_known(target), alias
+    for name, m in K._modules().items():
+        assert m.op is None or K.is_known(m.op), name
+        info = m.op_info()
+        if info is not None:
+            assert set(m.input_params) | set(m.param_params) <= set(info.params), name
+    assert len(text) < 400_000  # ships in the package
+    assert "GENERATED" in data["_comment"]
+    with open(os.path.join(KNOWLEDGE_DIR, "api.json"), encoding="utf-8") as fh:
+        assert "HAND-CURATED" in json.load(fh)["_comment"]
+
+
+def test_import_never_imports_torch():
+    code = ("import sys, time; t = time.perf_counter(); import gradguard.knowledge as K; "
+            "K.resolve('mul', ['tensor']); K.module_info('Linear'); K.NONDIFF_METHODS; "
+            "assert 'torch' not in sys.modules and 'torchgen' not in sys.modules; "
+            "print(time.perf_counter() - t)")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "server"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert float(out.stdout) < 1.0
+
+
+# --------------------------------------------------------------------------- oracle
+
+def _observe(call, make, p, nonleaf=()):
+    """Inputs / outputs ("result", "resultK") whose in-place change (version bump)
+    makes backward fail when only input `p` requires grad; None if p gets no grad."""
+    torch = _torch()
+    from torch.autograd.graph import increment_version
+
+    def outs_of(o):
+        return list(o) if isinstance(o, (tuple, list)) else [o]
+
+    def fresh():
+        t = {k: v() for k, v in make.items()}
+        t[p] = t[p].detach().requires_grad_(True)
+        if p in nonleaf:
+            t[p] = t[p] * 1  # in-place ops need a non-leaf
+        return t
+
+    try:
+        outs = outs_of(call(fresh()))
+    except RuntimeError as exc:
+        if "is not differentiable with respect to argument" in str(exc):
+            return None
+        raise
+    if not any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+        return None
+    found = set()
+    for c in list(make) + [f"result{i}" if i else "result" for i in range(len(outs))]:
+        t = fresh()
+        outs = outs_of(call(t))
+        increment_version(outs[int(c[6:] or 0)] if c.startswith("result") else t[c])
+        loss = sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad)
+        try:
+            loss.backward()
+        except RuntimeError as exc:
+            if "modified by an inplace operation" not in str(exc):
+                raise
+            found.add(c)
+    return found
+
+
+def _cases():
+    """(id, resolve args, {param: factory}, call) - params named as the resolved OpInfo names them."""
+    import torch
+    import torch.nn.functional as F
+
+    def r(*s):
+        return lambda: torch.randn(*s)
+
+    def pos(*s):
+        return lambda: torch.rand(*s) + 0.5
+
+    def prob(*s):
+        return lambda: torch.rand(*s).clamp(0.05, 0.95)
+
+    def lng(hi, *s):
+        return lambda: torch.randint(0, hi, s)
+
+    def mask(*s):
+        return lambda: torch.rand(*s) > 0.5
+
+    def eye3():
+        return torch.eye(3) + 0.1 * torch.randn(3, 3)
+
+    M = dict(method=True)
+    Fn = dict(method=False)
+    return [
+        ("sigmoid", ("sigmoid", [], M), {"self": r(3)}, lambda t: t["self"].sigmoid()),
+        ("tanh", ("tanh", [], M), {"self": r(3)}, lambda t: t["self"].tanh()),
+        ("exp", ("exp", [], M), {"self": r(3)}, lambda t: t["self"].exp()),
+        ("log", ("log", [], M), {"self": pos(3)}, lambda t: t["self"].log()),
+        ("sqrt", ("sqrt", [], M), {"self": pos(3)}, lambda t: t["self"].sqrt()),
+        ("abs", ("abs", [], M), {"self": r(3)}, lambda t: t["self"].abs()),
+        ("relu", ("relu", [], M), {"self": r(3)}, lambda t: t["self"].relu()),
+        ("clamp", ("clamp", ["number", "number"], M), {"self": r(3)}, lambda t: t["self"].clamp(-0.5, 0.5)),
+        ("x*y", ("__mul__", ["tensor"], M), {"self": r(3), "other": r(3)}, lambda t: t["self"] * t["other"]),
+        ("x*2", ("__mul__", ["number"], M), {"self": r(3)}, lambda t: t["self"] * 2),
+        ("2*x", ("__rmul__", ["number"], M), {"self": r(3)}, lambda t: 2 * t["self"]),
+        ("x**2", ("__pow__", ["number"], M), {"self": r(3)}, lambda t: t["self"] ** 2),
+        ("x**y", ("__pow__", ["tensor"], M), {"self": pos(3), "exponent": r(3)}, lambda t: t["self"] ** t["exponent"]),
+        ("2**x", ("__rpow__", ["number"], M), {"self": r(3)}, lambda t: 2 ** t["self"]),
+        ("x/y", ("__truediv__", ["tensor"], M), {"self": r(3), "other": pos(3)}, lambda t: t["self"] / t["other"]),
+        ("2/x", ("__rtruediv__", ["number"], M), {"self": pos(3)}, lambda t: 2 / t["self"]),
+        ("x+y", ("__add__", ["tensor"], M), {"self": r(3), "other": r(3)}, lambda t: t["self"] + t["other"]),
+        ("1-x", ("__rsub__", ["number"], M), {"self": r(3)}, lambda t: 1 - t["self"]),
+        ("-x", ("__neg__", [], M), {"self": r(3)}, lambda t: -t["self"]),
+        ("x@w", ("__matmul__", ["tensor"], M), {"self": r(2, 3), "other": r(3, 4)}, lambda t: t["self"] @ t["other"]),
+        ("x@w-3d", ("__matmul__", ["tensor"], M), {"self": r(5, 2, 3), "other": r(3, 4)},
+         lambda t: t["self"] @ t["other"]),
+        ("x[0]", ("__getitem__", ["number"], M), {"self": r(3, 4)}, lambda t: t["self"][0]),
+        ("x[idx]", ("__getitem__", ["tensor"], M), {"self": r(5, 4), "indices": lng(5, 3)},
+         lambda t: t["self"][t["indices"]]),
+        ("sum", ("sum", [], M), {"self": r(3)}, lambda t: t["self"].sum()),
+        ("mean", ("mean", [], M), {"self": r(3)}, lambda t: t["self"].mean()),
+        ("prod", ("prod", [], M), {"self": r(5)}, lambda t: t["self"].prod()),
+        ("cumsum", ("cumsum", ["number"], M), {"self": r(5)}, lambda t: t["self"].cumsum(0)),
+        ("std", ("std", [], M), {"self": r(5)}, lambda t: t["self"].std()),
+        ("var", ("var", [], M), {"self": r(5)}, lambda t: t["self"].var()),
+        ("norm", ("norm", [], M), {"self": r(3)}, lambda t: t["self"].norm()),
+        ("max()", ("max", [], M), {"self": r(3)}, lambda t: t["self"].max()),
+        ("max(dim)", ("max", ["number"], M), {"self": r(3, 4)}, lambda t: t["self"].max(1)),
+        ("sort", ("sort", [], M), {"self": r(5)}, lambda t: t["self"].sort()),
+        ("topk", ("topk", ["number"], M), {"self": r(5)}, lambda t: t["self"].topk(2)),
+        ("logsumexp", ("logsumexp", ["number"], M), {"self": r(5)}, lambda t: t["self"].logsumexp(0)),
+        ("mm", ("mm", ["tensor", "tensor"], Fn), {"self": r(2, 3), "mat2": r(3, 4)},
+         lambda t: torch.mm(t["self"], t["mat2"])),
+        ("bmm", ("bmm", ["tensor", "tensor"], Fn), {"self": r(2, 2, 3), "mat2": r(2, 3, 4)},
+         lambda t: torch.bmm(t["self"], t["mat2"])),
+        ("addmm", ("addmm", ["tensor"] * 3, Fn), {"self": r(4), "mat1": r(2, 3), "mat2": r(3, 4)},
+         lambda t: torch.addmm(t["self"], t["mat1"], t["mat2"])),
+        ("matmul-1d", ("matmul", ["tensor", "tensor"], Fn), {"self": r(3), "other": r(3)},
+         lambda t: torch.matmul(t["self"], t["other"])),
+        ("outer", ("outer", ["tensor", "tensor"], Fn), {"self": r(3), "vec2": r(4)},
+         lambda t: torch.outer(t["self"], t["vec2"])),
+        ("dot", ("dot", ["tensor"], M), {"self": r(3), "tensor": r(3)}, lambda t: t["self"].dot(t["tensor"])),
+        ("where", ("where", ["tensor"] * 3, Fn), {"condition": mask(3), "self": r(3), "other": r(3)},
+         lambda t: torch.where(t["condition"], t["self"], t["other"])),
+        ("masked_fill", ("masked_fill", ["tensor", "number"], M), {"self": r(3), "mask": mask(3)},
+         lambda t: t["self"].masked_fill(t["mask"], 0.0)),
+        ("gather", ("gather", ["number", "tensor"], M), {"self": r(3, 4), "index": lng(4, 3, 2)},
+         lambda t: t["self"].gather(1, t["index"])),
+        ("scatter", ("scatter", ["number", "tensor", "tensor"], M),
+         {"self": r(3, 4), "index": lng(3, 3, 2), "src": r(3, 2)},
+         lambda t: t["self"].scatter(1, t["index"], t["src"])),
+        ("softmax", ("softmax", ["number"], M), {"self": r(3, 4)}, lambda t: t["self"].softmax(1)),
+        ("log_softmax", ("log_softmax", ["number"], M), {"self": r(3, 4)}, lambda t: t["self"].log_softmax(1)),
+        ("reshape", ("reshape", ["number"], M), {"self": r(2, 3)}, lambda t: t["self"].reshape(6)),
+        ("contiguous", ("contiguous", [], M), {"self": r(5)}, lambda t: t["self"].contiguous()),
+        ("square", ("square", [], M), {"self": r(3)}, lambda t: t["self"].square()),
+        ("to-double", ("to", ["other"], M), {"self": r(3)}, lambda t: t["self"].to(torch.float64)),
+        ("cross", ("cross", ["tensor"], M), {"self": r(3), "other": r(3)},
+         lambda t: torch.cross(t["self"], t["other"], dim=0)),
+        ("inverse", ("inverse", [], M), {"self": eye3}, lambda t: t["self"].inverse()),
+        ("det", ("det", [], M), {"self": eye3}, lambda t: t["self"].det()),
+        ("linalg.inv", ("torch.linalg.inv", ["tensor"], Fn), {"A": eye3}, lambda t: torch.linalg.inv(t["A"])),
+        ("tensordot", ("tensordot", ["tensor", "tensor"], dict(method=False, keywords=["dims"])),
+         {"self": r(2, 3), "other": r(3, 4)}, lambda t: torch.tensordot(t["self"], t["other"], dims=1)),
+        ("fft", ("torch.fft.fft", ["tensor"], Fn), {"self": r(8)}, lambda t: torch.fft.fft(t["self"]).real),
+        ("F.relu", ("F.relu", ["tensor"], Fn), {"input": r(3)}, lambda t: F.relu(t["input"])),
+        ("F.gelu", ("F.gelu", ["tensor"], Fn), {"self": r(3)}, lambda t: F.gelu(t["self"])),
+        ("F.silu", ("F.silu", ["tensor"], Fn), {"input": r(3)}, lambda t: F.silu(t["input"])),
+        ("F.leaky_relu", ("F.leaky_relu", ["tensor"], Fn), {"input": r(3)}, lambda t: F.leaky_relu(t["input"])),
+        ("F.elu", ("F.elu", ["tensor"], Fn), {"input": r(3)}, lambda t: F.elu(t["input"])),
+        ("F.softplus", ("F.softplus", ["tensor"], Fn), {"self": r(3)}, lambda t: F.softplus(t["self"])),
+        ("F.logsigmoid", ("F.logsigmoid", ["tensor"], Fn), {"self": r(3)}, lambda t: F.logsigmoid(t["self"])),
+        ("F.softsign", ("F.softsign", ["tensor"], Fn), {"input": r(3)}, lambda t: F.softsign(t["input"])),
+        ("F.relu6", ("F.relu6", ["tensor"], Fn), {"input": r(3)}, lambda t: F.relu6(t["input"])),
+        ("F.hardswish", ("F.hardswish", ["tensor"], Fn), {"input": r(3)}, lambda t: F.hardswish(t["input"])),
+        ("F.glu", ("F.glu", ["tensor"], Fn), {"input": r(4)}, lambda t: F.glu(t["input"])),
+        ("F.softmin", ("F.softmin", ["tensor"], dict(method=False, keywords=["dim"])), {"input": r(3, 4)},
+         lambda t: F.softmin(t["input"], dim=1)),
+        ("F.normalize", ("F.normalize", ["tensor"], Fn), {"input": r(3, 4)}, lambda t: F.normalize(t["input"])),
+        ("F.linear", ("F.linear", ["tensor"] * 3, Fn), {"input": r(2, 3), "weight": r(4, 3), "bias": r(4)},
+         lambda t: F.linear(t["input"], t["weight"], t["bias"])),
+        ("F.linear-3d", ("F.linear", ["tensor"] * 3, Fn), {"input": r(5, 2, 3), "weight": r(4, 3), "bias": r(4)},
+         lambda t: F.linear(t["input"], t["weight"], t["bias"])),
+        ("F.bilinear", ("F.bilinear", ["tensor"] * 4, Fn),
+         {"input1": r(2, 3), "input2": r(2, 5), "weight": r(4, 3, 5), "bias": r(4)},
+         lambda t: F.bilinear(t["input1"], t["input2"], t["weight"], t["bias"])),
+        ("F.conv2d", ("F.conv2d", ["tensor"] * 3, Fn), {"input": r(1, 2, 5, 5), "weight": r(3, 2, 3, 3), "bias": r(3)},
+         lambda t: F.conv2d(t["input"], t["weight"], t["bias"])),
+        ("F.conv_transpose2d", ("F.conv_transpose2d", ["tensor"] * 3, Fn),
+         {"input": r(1, 2, 5, 5), "weight": r(2, 3, 3, 3), "bias": r(3)},
+         lambda t: F.conv_transpose2d(t["input"], t["weight"], t["bias"])),
+        ("F.max_pool2d", ("F.max_pool2d", ["tensor", "number"], Fn), {"input": r(1, 1, 4, 4)},
+         lambda t: F.max_pool2d(t["input"], 2)),
+        ("F.avg_pool2d", ("F.avg_pool2d", ["tensor", "number"], Fn), {"self": r(1, 1, 4, 4)},
+         lambda t: F.avg_pool2d(t["self"], 2)),
+        ("F.adaptive_avg_pool2d", ("F.adaptive_avg_pool2d", ["tensor", "number"], Fn), {"input": r(1, 1, 4, 4)},
+         lambda t: F.adaptive_avg_pool2d(t["input"], 2)),
+        ("F.adaptive_max_pool2d", ("F.adaptive_max_pool2d", ["tensor", "number"], Fn), {"input": r(1, 1, 4, 4)},
+         lambda t: F.adaptive_max_pool2d(t["input"], 2)),
+        ("F.dropout", ("F.dropout", ["tensor"], Fn), {"input": r(10)}, lambda t: F.dropout(t["input"], 0.5, True)),
+        ("F.layer_norm", ("F.layer_norm", ["tensor", "other", "tensor", "tensor"], Fn),
+         {"input": r(2, 3), "weight": r(3), "bias": r(3)},
+         lambda t: F.layer_norm(t["input"], (3,), t["weight"], t["bias"])),
+        ("F.group_norm", ("F.group_norm", ["tensor", "number", "tensor", "tensor"], Fn),
+         {"input": r(2, 4, 3), "weight": r(4), "bias": r(4)},
+         lambda t: F.group_norm(t["input"], 2, t["weight"], t["bias"])),
+        ("F.batch_norm-train", ("F.batch_norm", ["tensor"] * 5 + ["number"], Fn),
+         {"input": r(4, 3), "running_mean": r(3), "running_var": pos(3), "weight": r(3), "bias": r(3)},
+         lambda t: F.batch_norm(t["input"], t["running_mean"], t["running_var"], t["weight"], t["bias"], True)),
+        ("F.batch_norm-eval", ("F.batch_norm", ["tensor"] * 5, Fn),
+         {"input": r(4, 3), "running_mean": r(3), "running_var": pos(3), "weight": r(3), "bias": r(3)},
+         lambda t: F.batch_norm(t["input"], t["running_mean"], t["running_var"], t["weight"], t["bias"], False)),
+        ("F.embedding", ("F.embedding", ["tensor", "tensor"], Fn), {"input": lng(5, 3), "weight": r(5, 2)},
+         lambda t: F.embedding(t["input"], t["weight"])),
+        ("F.mse_loss", ("F.mse_loss", ["tensor", "tensor"], Fn), {"input": r(3), "target": r(3)},
+         lambda t: F.mse_loss(t["input"], t["target"])),
+        ("F.l1_loss", ("F.l1_loss", ["tensor", "tensor"], Fn), {"input": r(3), "target": r(3)},
+         lambda t: F.l1_loss(t["input"], t["target"])),
+        ("F.smooth_l1_loss", ("F.smooth_l1_loss", ["tensor", "tensor"], Fn), {"input": r(3), "target": r(3)},
+         lambda t: F.smooth_l1_loss(t["input"], t["target"])),
+        ("F.cross_entropy", ("F.cross_entropy", ["tensor"] * 3, Fn),
+         {"input": r(4, 5), "target": lng(5, 4), "weight": pos(5)},
+         lambda t: F.cross_entropy(t["input"], t["target"], t["weight"])),
+        ("F.nll_loss", ("F.nll_loss", ["tensor", "tensor"], Fn), {"input": r(4, 5), "target": lng(5, 4)},
+         lambda t: F.nll_loss(t["input"], t["target"])),
+        ("F.binary_cross_entropy", ("F.binary_cross_entropy", ["tensor", "tensor"], Fn),
+         {"input": prob(4), "target": prob(4)}, lambda t: F.binary_cross_entropy(t["input"], t["target"])),
+        ("F.bce_with_logits", ("F.binary_cross_entropy_with_logits", ["tensor", "tensor"], Fn),
+         {"input": r(4), "target": prob(4)}, lambda t: F.binary_cross_entropy_with_logits(t["input"], t["target"])),
+        ("F.kl_div", ("F.kl_div", ["tensor", "tensor"], Fn), {"input": r(4), "target": prob(4)},
+         lambda t: F.kl_div(t["input"], t["target"], reduction="batchmean")),
+        ("F.cosine_similarity", ("F.cosine_similarity", ["tensor", "tensor"], Fn), {"x1": r(2, 3), "x2": r(2, 3)},
+         lambda t: F.cosine_similarity(t["x1"], t["x2"])),
+        ("F.pairwise_distance", ("F.pairwise_distance", ["tensor", "tensor"], Fn), {"x1": r(2, 3), "x2": r(2, 3)},
+         lambda t: F.pairwise_distance(t["x1"], t["x2"])),
+        ("F.grid_sample", ("F.grid_sample", ["tensor", "tensor"], Fn),
+         {"input": r(1, 1, 4, 4), "grid": lambda: torch.rand(1, 2, 2, 2) * 2 - 1},
+         lambda t: F.grid_sample(t["input"], t["grid"], align_corners=False)),
+        ("F.interpolate", ("F.interpolate", ["tensor"], Fn), {"input": r(1, 1, 4, 4)},
+         lambda t: F.interpolate(t["input"], scale_factor=2)),
+        ("F.pad", ("F.pad", ["tensor", "other"], Fn), {"input": r(1, 4)}, lambda t: F.pad(t["input"], (1, 1))),
+        ("F.prelu", ("F.prelu", ["tensor", "tensor"], Fn), {"self": r(2, 3), "weight": r(1)},
+         lambda t: F.prelu(t["self"], t["weight"])),
+        # in place (self is made a non-leaf when it requires grad; its result *is* self)
+        ("add_", ("add_", ["tensor"], M), {"self": r(3), "other": r(3)}, lambda t: t["self"].add_(t["other"])),
+        ("mul_", ("mul_", ["tensor"], M), {"self": r(3), "other": r(3)}, lambda t: t["self"].mul_(t["other"])),
+        ("div_", ("div_", ["tensor"], M), {"self": r(3), "other": pos(3)}, lambda t: t["self"].div_(t["other"])),
+        ("relu_", ("relu_", [], M), {"self": r(3)}, lambda t: t["self"].relu_()),
+        ("sigmoid_", ("sigmoid_", [], M), {"self": r(3)}, lambda t: t["self"].sigmoid_()),
+        ("exp_", ("exp_", [], M), {"self": r(3)}, lambda t: t["self"].exp_()),
+        ("pow_", ("pow_", ["number"], M), {"self": r(3)}, lambda t: t["self"].pow_(2)),
+        ("masked_fill_", ("masked_fill_", ["tensor", "number"], M), {"self": r(3), "mask": mask(3)},
+         lambda t: t["self"].masked_fill_(t["mask"], 0.0)),
+        ("clamp_", ("clamp_", ["number", "number"], M), {"self": r(3)}, lambda t: t["self"].clamp_(-0.5, 0.5)),
+        ("copy_", ("copy_", ["tensor"], M), {"self": r(3), "src": r(3)}, lambda t: t["self"].copy_(t["src"])),
+        ("x[idx]=v", ("__setitem__", ["tensor", "tensor"], M), {"self": r(5), "indices": lng(5, 2), "value": r(2)},
+         lambda t: t["self"].__setitem__(t["indices"], t["value"]) or t["self"]),
+        ("x[0]=v", ("__setitem__", ["number", "tensor"], M), {"self": r(5, 2), "value": r(2)},
+         lambda t: t["self"].__setitem__(0, t["value"]) or t["self"]),
+        ("F.relu-inplace", ("F.relu", ["tensor"], dict(method=False, keywords=["inplace"], inplace_flag=True)),
+         {"input": r(3)}, lambda t: F.relu(t["input"], inplace=True)),
+        ("F.dropout-inplace", ("F.dropout", ["tensor"], dict(method=False, keywords=["inplace"], inplace_flag=True)),
+         {"input": r(10)}, lambda t: F.dropout(t["input"], 0.5, True, inplace=True)),
+    ]
+
+
+# The data records the union over what different backends run; the CPU oracle sees one of them.
+SUPERSET_ONLY = {"F.rms_norm", "F.scaled_dot_product_attention"}
+
+
+def _case_ids():
+    try:
+        return [c[0] for c in _cases()]
+    except Exception:  # torch missing: a single skipped test
+        return ["torch-missing"]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    _torch()
+    return {c[0]: c for c in _cases()}
+
+
+@pytest.mark.parametrize("case_id", _case_ids())
+def test_saves_match_torch(case_id, cases):
+    """For every float input: the tensors the data says are saved == those torch
+    actually guards with its version counter (torch 2.13 CPU)."""
+    _, (name, kinds, kw), make, call = cases[case_id]
+    kw = dict(kw)
+    info = K.resolve(name, kinds, kw.pop("keywords", ()), **kw)
+    assert info.known, info
+    nonleaf = {info.params[0]} if info.inplace else set()
+    for p in make:
+        sample = make[p]()
+        if not sample.is_floating_point():
+            continue
+        assert p in info.params, (p, info.key, info.params)
+        observed = _observe(call, make, p, nonleaf)
+        if observed is not None and info.inplace:
+            # the in-place op returns self: bumping one bumps the other
+            observed = {("result" if o == info.params[0] else o) for o in observed}
+        predicted = None
+        if info.differentiable and p in info.saves:
+            predicted = set(info.saves[p]) & (set(make) | {"result", "result1", "result2"})
+        assert (observed is None) == (predicted is None), (info.key, p, predicted, observed)
+        if observed is not None:
+            if case_id in SUPERSET_ONLY:
+                assert predicted >= observed, (info.key, p, predicted, observed)
+            else:
+                assert predicted == observed, (info.key, p, predicted, observed)
+
+
+def test_union_ops_are_supersets_of_cpu_behaviour():
+    torch = _torch()
+    import torch.nn.functional as F
+    info = K.resolve("F.rms_norm", ["tensor", "other", "tensor"])
+    make = {"input": lambda: torch.randn(2, 3), "weight": lambda: torch.randn(3)}
+    for p in make:
+        assert set(info.saves[p]) >= _observe(lambda t: F.rms_norm(t["input"], (3,), t["weight"]), make, p)
+    info = K.resolve("F.scaled_dot_product_attention", ["tensor"] * 3)
+    make = {k: (lambda: torch.randn(1, 2, 3)) for k in ("query", "key", "value")}
+    for p in make:
+        obs = _observe(lambda t: F.scaled_dot_product_attention(t["query"], t["key"], t["value"]), make, p)
+        assert set(info.saves[p]) >= obs
+
+
+MODULE_CASES = [
+    # class name, constructor, input factories (by input_params order), call kwargs
+    ("Linear", lambda nn: nn.Linear(3, 4), [lambda t: t.randn(2, 3)]),
+    ("Conv2d", lambda nn: nn.Conv2d(2, 3, 3), [lambda t: t.randn(1, 2, 5, 5)]),
+    ("ReLU", lambda nn: nn.ReLU(), [lambda t: t.randn(3)]),
+    ("Sigmoid", lambda nn: nn.Sigmoid(), [lambda t: t.randn(3)]),
+    ("Tanh", lambda nn: nn.Tanh(), [lambda t: t.randn(3)]),
+    ("Softmax", lambda nn: nn.Softmax(dim=1), [lambda t: t.randn(2, 3)]),
+    ("LeakyReLU", lambda nn: nn.LeakyReLU(0.2), [lambda t: t.randn(3)]),
+    ("GELU", lambda nn: nn.GELU(), [lambda t: t.randn(3)]),
+    ("Dropout", lambda nn: nn.Dropout(0.5), [lambda t: t.randn(10)]),
+    ("Embedding", lambda nn: nn.Embedding(5, 2), [lambda t: t.randint(0, 5, (3,))]),
+    ("LayerNorm", lambda nn: nn.LayerNorm(3), [lambda t: t.randn(2, 3)]),
+    ("BatchNorm2d", lambda nn: nn.BatchNorm2d(2), [lambda t: t.randn(3, 2, 2, 2)]),
+    ("GroupNorm", lambda nn: nn.GroupNorm(2, 4), [lambda t: t.randn(2, 4, 3)]),
+    ("PReLU", lambda nn: nn.PReLU(), [lambda t: t.randn(2, 3)]),
+    ("MaxPool2d", lambda nn: nn.MaxPool2d(2), [lambda t: t.randn(1, 1, 4, 4)]),
+    ("Flatten", lambda nn: nn.Flatten(), [lambda t: t.randn(2, 3, 2)]),
+    ("MSELoss", lambda nn: nn.MSELoss(), [lambda t: t.randn(3), lambda t: t.randn(3)]),
+    ("L1Loss", lambda nn: nn.L1Loss(), [lambda t: t.randn(3), lambda t: t.randn(3)]),
+    ("CrossEntropyLoss", lambda nn: nn.CrossEntropyLoss(), [lambda t: t.randn(4, 5), lambda t: t.randint(0, 5, (4,))]),
+    ("NLLLoss", lambda nn: nn.NLLLoss(), [lambda t: t.randn(4, 5), lambda t: t.randint(0, 5, (4,))]),
+    ("BCELoss", lambda nn: nn.BCELoss(), [lambda t: t.rand(4).clamp(0.1, 0.9), lambda t: t.rand(4)]),
+    ("BCEWithLogitsLoss", lambda nn: nn.BCEWithLogitsLoss(), [lambda t: t.randn(4), lambda t: t.rand(4)]),
+]
+
+
+@pytest.mark.parametrize("cls_name,ctor,inputs", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_module_calls_match_torch(cls_name, ctor, inputs):
+    """A module call saves what module_info(...).op_info() says for its inputs and
+    parameters (all parameters require grad, as constructed)."""
+    torch = _torch()
+    from torch.autograd.graph import increment_version
+    mi = K.module_info(cls_name)
+    info = mi.op_info()
+    assert mi.has_params == bool(list(ctor(torch.nn).parameters()))
+    names = list(mi.input_params)
+    for input_requires_grad in (True, False):
+        def run():
+            torch.manual_seed(0)
+            m = ctor(torch.nn).train()
+            args = [f(torch) for f in inputs]
+            if input_requires_grad and args[0].is_floating_point():
+                args[0].requires_grad_(True)
+            bound = dict(zip(names, args))
+            bound.update({p: getattr(m, p) for p in mi.param_params if getattr(m, p, None) is not None})
+            return m, bound, m(*args)
+        _, bound, out = run()
+        if not out.requires_grad:
+            continue
+        needing = {p for p, v in bound.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+        predicted = set(info.saved_when(needing)) & (set(bound) | {"result"})
+        observed = set()
+        for c in list(bound) + ["result"]:
+            _, b, out = run()
+            increment_version(out if c == "result" else b[c])
+            try:
+                out.sum().backward()
+            except RuntimeError as exc:
+                assert "modified by an inplace operation" in str(exc)
+                observed.add(c)
+        assert predicted == observed, (cls_name, input_requires_grad, predicted, observed)
+
+
+def test_api_names_exist_in_torch():
+    torch = _torch()
+    import inspect
+
+    def lookup(dotted):
+        obj = None
+        for i, part in enumerate(dotted.split(".")):
+            obj = torch if i == 0 else getattr(obj, part)
+        return obj
+
+    for name in K.FACTORIES:
+        assert hasattr(torch, name), name
+    for name in K.FACTORY_METHODS | (K.GRAPH_FREE_METHODS - {"numpy"}) | K.DETACH_METHODS:
+        assert hasattr(torch.Tensor, name), name
+    for name in K.GRAPH_FREE_ATTRIBUTES | K.DETACH_ATTRIBUTES:
+        assert hasattr(torch.Tensor, name), name
+    for dotted in K.NO_GRAD_CONTEXTS | K.ENABLE_GRAD_CONTEXTS | K.SET_GRAD_ENABLED:
+        lookup(dotted)
+    x = torch.ones(1, requires_grad=True)
+    for dotted in K.NO_GRAD_CONTEXTS:
+        with lookup(dotted)():
+            assert not (x * 2).requires_grad, dotted
+    # every torch.optim optimizer is known (fails when torch adds one)
+    found = {n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+             and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"}
+    assert found == set(K.OPTIMIZERS)
+    # positional indices of retain_graph / create_graph / inputs
+    b = K.BACKWARD_CALLS
+    params = list(inspect.signature(torch.Tensor.backward).parameters)[1:]
+    for arg, pos in b.tensor_method_args.items():
+        assert params[pos] == arg[: -len("_arg")], arg
+    for fname, spec in b.functions.items():
+        params = list(inspect.signature(lookup(fname)).parameters)
+        for arg, pos in spec.items():
+            assert params[pos] == {"tensors_arg": params[0]}.get(arg, arg[: -len("_arg")]), (fname, arg)
+    assert hasattr(torch.amp.GradScaler, "scale")
+
+
+def test_module_table_matches_torch_nn():
+    torch = _torch()
+    import inspect
+    nn = torch.nn
+    classes = {n for n in dir(nn) if isinstance(getattr(nn, n), type) and issubclass(getattr(nn, n), nn.Module)}
+    classes.add("DistributedDataParallel")
+    table = set(K._modules())
+    assert classes - {"Container"} <= table, sorted(classes - table)  # fails when torch adds a module
+    for name, m in K._modules().items():
+        cls = getattr(nn, name, None) or getattr(nn.parallel, name)
+        if m.inplace_arg:
+            params = list(inspect.signature(cls.__init__).parameters)[1:]
+            assert params[m.inplace_pos] == m.inplace_arg, name
+            assert K.resolve(m.inplace_op, ["tensor"], method=False).inplace, name
+
+
+# --------------------------------------------------------------------------- generator
+
+@pytest.mark.slow
+def test_generator_reproduces_shipped_ops_json(tmp_path):
+    """Re-runs scripts/gen_torch_knowledge.py with the installed torch.  The one slow
+    test: ~2-3 s in-process (torchgen parses native_functions.yaml and derivatives.yaml)."""
+    torch = _torch()
+    pytest.importorskip("torchgen", reason="torchgen ships inside the torch wheel")
+    with open(os.path.join(KNOWLEDGE_DIR, "ops.json"), encoding="utf-8") as fh:
+        shipped = fh.read()
+    if json.loads(shipped)["torch"] != torch.__version__.split("+")[0]:
+        pytest.skip(f"ops.json was generated from torch {json.loads(shipped)['torch']}, installed {torch.__version__}")
+    spec = importlib.util.spec_from_file_location("gen_torch_knowledge",
+                                                  os.path.join(ROOT, "scripts", "gen_torch_knowledge.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.main(["-o", str(tmp_path)]) == 0
+    assert (tmp_path / "ops.json").read_text(encoding="utf-8") == shipped, \
+        "ops.json is stale: run scripts/gen_torch_knowledge.py"
