@@ -258,3 +258,22 @@ def test_engine_failures_are_one_line_and_other_files_go_on(tmp_path, monkeypatc
     out, err = capsys.readouterr()
     [line] = err.splitlines()
     assert fragment in line and gg001_lines(out)
+
+
+def test_shipped_example_is_found():
+    """The README's set-up command checks `examples/`: the RNN hidden-state bug must show."""
+    lines = (REPO / "examples" / "rnn_hidden_state.py").read_text().splitlines()
+    backward = 1 + next(i for i, line in enumerate(lines) if line.strip().startswith("loss.backward()"))
+    run = gradguard("check", "examples/", cwd=REPO)
+    assert run.returncode == 1, run.stderr
+    [line] = gg001_lines(run.stdout)
+    assert line.startswith(f"{Path('examples', 'rnn_hidden_state.py')}:{backward}:")
+
+
+@pytest.mark.slow
+def test_shipped_example_really_fails_at_run_time():
+    """What the example's docstring and the README promise, checked by running it (imports torch)."""
+    run = subprocess.run([sys.executable, str(REPO / "examples" / "rnn_hidden_state.py")], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1 and run.stdout.startswith("step 0: ")
+    assert "RuntimeError: Trying to backward through the graph a second time" in run.stderr

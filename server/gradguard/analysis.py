@@ -31,7 +31,10 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
     tree = parse(source, path)
     if not binder.worth_analysing(source):
         return []
-    facts = Interpreter(source, tree, deadline).run()
+    try:
+        facts = Interpreter(source, tree, deadline).run()
+    except RecursionError:
+        raise AnalysisTimeout("nesting too deep to analyse") from None
     findings: dict = {}
     for rule_cls in ALL_RULES:
         for f in rule_cls().check(facts):

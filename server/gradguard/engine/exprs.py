@@ -16,10 +16,9 @@ from gradguard.engine.values import (
 )
 
 _NUM = Num()
-BIN_DUNDER = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floor_divide",
-              ast.Mod: "remainder", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "bitwise_and",
-              ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor", ast.LShift: "bitwise_left_shift",
-              ast.RShift: "bitwise_right_shift"}
+BIN_DUNDER = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+              ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "and", ast.BitOr: "or",
+              ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift"}
 
 
 class Expressions:
@@ -111,7 +110,7 @@ class Expressions:
             return const(not t) if t is not None else UNKNOWN
         if tensor_of(v) is not None:
             name = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.UAdd: "positive"}[type(node.op)]
-            return self.apply_op(name, node, v, [], {}, st)
+            return self.apply_op(name, node, [v], {}, st)
         return frozenset({_NUM}) if any(isinstance(a, (Num, Const)) for a in v) else UNKNOWN
 
     def expr_BinOp(self, node, st):
@@ -122,13 +121,9 @@ class Expressions:
     def binop(self, node, op, left, right, st, left_node=None, right_node=None):
         name = BIN_DUNDER.get(type(op), "add")
         if tensor_of(left) is not None:
-            return self.apply_op(name, node, left, [right], {}, st, arg_nodes=[left_node, right_node])
-        if tensor_of(right) is not None:
-            reflected = {"sub": "rsub", "div": "div", "pow": "pow"}.get(name, name)
-            if name in ("sub", "div", "pow"):
-                # number - tensor: the tensor is the differentiable input, the number is not saved
-                return self.apply_op(reflected, node, right, [left], {}, st, arg_nodes=[right_node, left_node])
-            return self.apply_op(name, node, right, [left], {}, st, arg_nodes=[right_node, left_node])
+            return self.apply_op(f"__{name}__", node, [left, right], {}, st, arg_nodes=[left_node, right_node])
+        if tensor_of(right) is not None:  # `2 - x` is x.__rsub__(2)
+            return self.apply_op(f"__r{name}__", node, [right, left], {}, st, arg_nodes=[right_node, left_node])
         seqs = objs_of(left, "list") + objs_of(right, "list")
         if seqs and isinstance(op, ast.Add):
             return self.make_sequence(join(self.iter_elements(left, st), self.iter_elements(right, st)), st, node)

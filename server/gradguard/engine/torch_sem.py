@@ -98,26 +98,37 @@ class TorchSemantics:
         return reg
 
     # ----------------------------------------------------------------- ops
-    def apply_op(self, name, node, self_val, args, kwargs, st, arg_nodes=None, sub=0):
-        info = K.resolve(name, [self.kind(a) for a in args], tuple(kwargs))
-        if info.inplace:
-            target = arg_nodes[0] if arg_nodes else None
-            return self.inplace(node, target, self_val, list(args) + list(kwargs.values()), st, name)
-        bound = {}
-        params = info.params
-        if params:
-            bound[params[0]] = self_val
-            for p, v in zip(params[1:], args):
-                bound[p] = v
+    def apply_op(self, name, node, args, kwargs, st, method=True, arg_nodes=None, sub=0):
+        """A torch op call: `args` are the positional arguments, the receiver first when
+        `method` (`x.mul(y)`, `x * y`), as written otherwise (`torch.mm(a, b)`)."""
+        rest = args[1:] if method else args
+        info = K.resolve(name, [self.kind(a) for a in rest], tuple(kwargs), method=method)
+        nodes = list(arg_nodes) if arg_nodes else [None] * len(args)
+        nodes += [None] * (len(args) - len(nodes))
+        bound, bound_nodes = {}, {}
+        if method:
+            bound["self"], bound_nodes["self"] = args[0], nodes[0]
+        for p, v, n in zip(info.positional_params(method), rest, nodes[1:] if method else nodes):
+            bound[p], bound_nodes[p] = v, n
         for k, v in kwargs.items():
-            bound[k] = v
-        inputs = [v for v in [self_val, *args, *kwargs.values()] if tensor_of(v) is not None
-                  or any(isinstance(a, Unknown) for a in v)]
+            p = info.param_for_keyword(k)
+            if p is not None:
+                bound[p] = v
+        for p in info.tensor_params:  # Tensor[] params (cat, stack, einsum operands): their elements
+            v = bound.get(p)
+            if v is not None and (objs_of(v, "list") or any(isinstance(a, Tup) for a in v)):
+                bound[p] = self.iter_elements(v, st)
+        first = next((p for p in info.params if p in info.tensor_params and p in bound), None)
+        self_val = bound.get("self", bound.get(first) if first else UNKNOWN)
+        if info.inplace:
+            others = [v for p, v in bound.items() if p != "self"]
+            return self.inplace(node, bound_nodes.get("self"), self_val, others, st, info)
         if not info.differentiable:
             return self.fresh_tensor(node, st, rg=False, sub=sub)
-        nodes = list(arg_nodes or [])
+        inputs = [v for v in bound.values() if tensor_of(v) is not None or any(isinstance(a, Unknown) for a in v)]
+        arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
         return self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
-                              arg_nodes=nodes)
+                              arg_nodes=arg_list)
 
     def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
                   modules=(), extra_rg=False):
@@ -154,7 +165,7 @@ class TorchSemantics:
             if v is None or (t is not None and t.rg is False) or (t is None and not extra_rg):
                 continue
             for n in names:
-                if n == "result":
+                if n.startswith("result"):
                     saved_objs |= objs
                     saved_names.add("result")
                     saves = True
@@ -172,8 +183,7 @@ class TorchSemantics:
                 elif any(isinstance(a, Unknown) for a in sv):
                     saved_names.add(n)
                     saves = True
-        args = [(n, tensor_of(v).regions if tensor_of(v) is not None else frozenset())
-                for n, v in zip(arg_nodes, [bound.get(p) for p in info.params]) if n is not None and v is not None]
+        args = [(n, tensor_of(v).regions) for n, v in arg_nodes if n is not None and tensor_of(v) is not None]
         self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True)
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
                                  False, view_leaf)})
@@ -187,11 +197,13 @@ class TorchSemantics:
 
     def index_tensor(self, base, index, st, node):
         if tensor_of(index) is not None:
-            return self.apply_op("index", node, base, [index], {}, st, arg_nodes=[node.value, node.slice])
+            return self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
         return self.view_of(base, node, st)
 
     # ----------------------------------------------------------------- in-place
-    def inplace(self, node, target_node, target_val, others, st, opname):
+    def inplace(self, node, target_node, target_val, others, st, op):
+        """An in-place op on `target_val`: a leaf check, a version bump, and the target now
+        carries the op's graph.  `op` is the in-place op's OpInfo or its name."""
         t = tensor_of(target_val)
         if t is None:
             return target_val
@@ -208,10 +220,9 @@ class TorchSemantics:
             others = [map_tensors(o, stale) for o in others]
         if st.grad is False or not (t.rg or any((tensor_of(o) or Tensor()).rg for o in others)):
             return target_val
-        base = opname[:-1] if opname.endswith("_") else opname
-        info = K.resolve(base, [self.kind(o) for o in others], ())
-        bound = {info.params[0]: target_val} if info.params else {}
-        for p, v in zip(info.params[1:], others):
+        info = op if not isinstance(op, str) else K.resolve(op, [self.kind(o) for o in others], (), method=True)
+        bound = {"self": target_val}
+        for p, v in zip(info.positional_params(True), others):
             bound[p] = v
         new = self.op_result(node, info, bound, [target_val, *others], st, view=True, base=target_val)
         nt = tensor_of(new)
@@ -380,7 +391,7 @@ class TorchSemantics:
         if name == "register_hook":
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
-        return self.apply_op(name, node, v, args, kwargs, st, arg_nodes=arg_nodes)
+        return self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes)
 
     # ----------------------------------------------------------------- method calls on anything
     def call_method(self, recv, name, args, kwargs, st, node):
@@ -510,13 +521,11 @@ class TorchSemantics:
             return self.make_module(last, info, args, kwargs, st, node)
         if last in K.FACTORIES:
             if last == "normal" and any(tensor_of(a) is not None for a in args):
-                return self.apply_op("normal", node, args[0], args[1:], kwargs, st,
-                                     arg_nodes=list(node.args))
+                return self.apply_op("normal", node, args, kwargs, st, method=False, arg_nodes=list(node.args))
             rg = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else False
             return self.fresh_tensor(node, st, rg=rg)
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
-            elems = self.iter_elements(args[0], st)
-            return self.apply_op("cat", node, elems, [], {}, st, arg_nodes=[node.args[0]])
+            return self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args))
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
                                                 "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
             return UNKNOWN
@@ -531,13 +540,14 @@ class TorchSemantics:
         tensor_args = [a for a in args if tensor_of(a) is not None]
         if not tensor_args:
             return self.call_unknown(args, kwargs, st, node)
-        first = args[0] if tensor_of(args[0]) is not None else tensor_args[0]
-        rest = [a for a in args if a is not first]
         arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
         if kwargs.get("inplace") == const(True):
-            return self.inplace(node, node.args[0] if node.args else None, first, rest, st, last + "_")
-        return self.apply_op(last, node, first, rest, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
-                             arg_nodes=arg_nodes)
+            first = args[0] if tensor_of(args[0]) is not None else tensor_args[0]
+            return self.inplace(node, node.args[0] if node.args else None, first,
+                                [a for a in args if a is not first], st, last + "_")
+        prefix = "F." if ".functional" in dotted or dotted.startswith("F.") else ""
+        return self.apply_op(prefix + last, node, args, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
+                             method=False, arg_nodes=arg_nodes)
 
     def autograd_grad(self, args, kwargs, st, node):
         outputs = kwargs.get("outputs") or (args[0] if args else UNKNOWN)
@@ -586,7 +596,7 @@ class TorchSemantics:
         if name == "sum":
             elems = self.iter_elements(a0, st)
             if tensor_of(elems) is not None:
-                return self.apply_op("add", node, elems, [elems], {}, st)
+                return self.apply_op("add", node, [elems, elems], {}, st)
             return frozenset({Num()})
         if name in ("min", "max"):
             vals = args if len(args) > 1 else [self.iter_elements(a0, st)]
@@ -648,11 +658,9 @@ class TorchSemantics:
                 attrs["<seq>"] = frozenset({Tup(tuple(items))})
             else:
                 attrs["<layers>"] = self.iter_elements(args[0], st) if args else EMPTY
-        flag = kwargs.get("inplace")
-        if flag is None and info.inplace_arg is not None:
-            pos = info.inplace_arg if isinstance(info.inplace_arg, int) else None
-            if pos is not None and pos < len(args):
-                flag = args[pos]
+        flag = kwargs.get(info.inplace_arg) if info.inplace_arg else None
+        if flag is None and info.inplace_pos is not None and info.inplace_pos < len(args):
+            flag = args[info.inplace_pos]
         if flag is not None and self.truth_of(flag) is True:
             attrs["<inplace>"] = const(True)
         st.heap[obj.id] = attrs
@@ -758,27 +766,25 @@ class TorchSemantics:
             return out
         if info is not None and info.op:
             inplace = st.get_attr(m.id, "<inplace>") == const(True)
-            if inplace:
-                return self.inplace(node, None, x, [], st, info.op + "_")
-            op = K.resolve(info.op, [self.kind(a) for a in args[1:]], tuple(kwargs))
+            op = info.op_info(inplace=inplace)
+            if op is None:
+                return self.generic_module(m, args, st, node, sub)
+            if op.inplace:
+                return self.inplace(node, None, x, list(args[1:]), st, op)
             bound, inputs = {}, []
-            params = [p for p in op.params if p in op.tensor_params]
-            input_params = [p for p in params if p in INPUT_PARAMS] or params[:1]
+            input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]
             for p, v in zip(input_params, args):
                 bound[p] = v
                 inputs.append(v)
-            has_params = info.has_params
-            if has_params:
+            modules = ()
+            if info.has_params:
                 pv = self.param_value(m, st, subtree=True)
-                for p in params:
-                    if p not in bound:
-                        bound[p] = pv
+                for p in info.param_params:
+                    bound[p] = pv
                 inputs.append(pv)
-            result = self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=list(node.args)[:1],
-                                    modules={m.id} if has_params else ())
-            if info.recurrent:
-                return result
-            return result
+                modules = {m.id}
+            arg_list = [(n, v) for n, v in zip(node.args, args)] if isinstance(node, ast.Call) else []
+            return self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
         return self.generic_module(m, args, st, node, sub)
 
     def call_layer(self, layer, args, st, node, sub):
@@ -796,12 +802,11 @@ class TorchSemantics:
     def generic_module(self, m, args, st, node, sub=0):
         """A module whose computation is not known: it saves its inputs and its parameters."""
         pv = self.param_value(m, st, subtree=True)
-        tensors = [a for a in args if tensor_of(a) is not None]
-        bound = {"self": args[0] if args else UNKNOWN, "weight": pv}
-        info = K.resolve("linear")
-        inputs = tensors + [pv]
-        return self.op_result(node, info, {"input": bound["self"], "weight": pv, "bias": pv}, inputs, st, sub=sub,
-                              arg_nodes=list(node.args)[:1], modules={m.id})
+        x = args[0] if args else UNKNOWN
+        inputs = [a for a in args if tensor_of(a) is not None] + [pv]
+        arg_list = [(node.args[0], x)] if isinstance(node, ast.Call) and node.args else []
+        return self.op_result(node, K.resolve("F.linear", method=False), {"input": x, "weight": pv, "bias": pv},
+                              inputs, st, sub=sub, arg_nodes=arg_list, modules={m.id})
 
     # ----------------------------------------------------------------- optimizers and scalers
     def make_optimizer(self, args, kwargs, st, node):

@@ -1,0 +1,26 @@
+# expect: clean
+# shape: the cached anchor is detached when it is stored
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self):
+        self.net = nn.Linear(4, 4)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+        self.anchor = None
+
+    def set_anchor(self, x):
+        self.anchor = torch.sigmoid(self.net(x)).detach()
+
+    def step(self, x):
+        loss = (self.net(x) - self.anchor).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+t = Trainer()
+t.set_anchor(torch.randn(2, 4))
+for i in range(3):
+    t.step(torch.randn(2, 4))

@@ -1,0 +1,15 @@
+# expect: freed_graph
+# shape: a feature computed in the outer loop reused by every inner-loop backward
+import torch
+import torch.nn as nn
+
+enc = nn.Linear(6, 6)
+head = nn.Linear(6, 1)
+opt = torch.optim.SGD(list(enc.parameters()) + list(head.parameters()), lr=0.1)
+for epoch in range(2):
+    feat = torch.tanh(enc(torch.randn(4, 6)))
+    for i in range(3):
+        loss = (head(feat) * i).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()  # raises
+        opt.step()
