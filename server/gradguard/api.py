@@ -19,9 +19,9 @@ import os
 import time
 import tokenize
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.config import Config
@@ -142,12 +142,13 @@ def notebook_source(data: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
     return "".join(line + "\n" for line in lines), tuple(starts)
 
 
-def iter_python_files(paths: Iterable[str | os.PathLike], config: Config = Config()) -> Iterator[Path]:
+def iter_python_files(paths: Iterable[str | os.PathLike], config: Config | None = None) -> Iterator[Path]:
     """Each file to check once, in a stable order: given files as they are, directories walked.
 
     A walk takes `*.py` and `*.ipynb`, and passes over `SKIP_DIRS` and whatever matches a
     `config.exclude` pattern (by name, or by path relative to the pyproject.toml's directory).
     """
+    config = config or Config()
     seen = set()
     for given in map(Path, paths):
         for path in _walk(given, config) if given.is_dir() else [given]:

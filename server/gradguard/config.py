@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 try:  # Python 3.11+
     import tomllib
@@ -48,7 +49,7 @@ class Config:
         ignored = _longest_match(self.ignore, code)
         return ignored is None or chosen > ignored
 
-    def merged(self, overrides: Mapping[str, Any], where: str = "settings") -> "Config":
+    def merged(self, overrides: Mapping[str, Any], where: str = "settings") -> Config:
         """These settings with `overrides` (same keys as `[tool.gradguard]`) on top.
 
         `None` values are skipped (editors send null for "unset"); `severity` entries are added

@@ -15,7 +15,7 @@ from gradguard.findings import Finding
 
 NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
-# line -> codes silenced on it; None means all codes (a bare `# noqa`)
+# line -> codes silenced on it; None means all codes (a noqa comment without codes)
 NoqaMap = dict[int, "frozenset[str] | None"]
 
 
@@ -69,7 +69,7 @@ def noqa_edit(line_text: str, code: str) -> str:
     return body.rstrip() + "  # noqa: " + code + ending
 
 
-def _codes(match: re.Match) -> "frozenset[str] | None":
+def _codes(match: re.Match) -> frozenset[str] | None:
     """The codes a noqa comment silences; None for all."""
     codes = match.group("codes")
     return None if codes is None else frozenset(code.upper() for code in re.split(r"[\s,]+", codes))

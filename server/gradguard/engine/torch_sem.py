@@ -372,8 +372,6 @@ class TorchSemantics:
             if name == "detach_" and recv is not None:
                 self.rebind(recv, new, st)
             return new
-        if name in K.GRAPH_FREE_METHODS:
-            return frozenset({Num()}) if name == "item" else UNKNOWN
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else self.truth_of(kwargs.get("requires_grad", const(True)))
             new = frozenset({replace(t, rg=flag)})
@@ -384,6 +382,8 @@ class TorchSemantics:
             if recv is not None:
                 self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
             return NONE
+        if name in K.GRAPH_FREE_METHODS:
+            return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:

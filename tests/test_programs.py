@@ -1,0 +1,61 @@
+"""Programs of every shape GradGuard claims to handle, each checked two ways.
+
+`tests/programs/cases/*.py` start with `# expect: KIND` and mark the raising line with
+`# raises`.  GradGuard must agree with that label, and (when torch is installed) the
+execution oracle must too: running the script under torch raises that error at that
+line, or runs clean.  So a wrong expectation fails here instead of teaching the
+analysis a wrong lesson.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradguard.analysis import analyze
+from gradguard.rules import ALL_RULES
+
+HERE = Path(__file__).parent / "programs"
+ORACLE = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "oracle.py"
+PREDICTS = {r.code: r.predicts for r in ALL_RULES}
+CASES = sorted(p.name for p in (HERE / "cases").glob("*.py"))
+
+
+def expectation(name):
+    lines = (HERE / "cases" / name).read_text().splitlines()
+    kind = lines[0].split(":", 1)[1].strip()
+    line = next((i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# raises")), None)
+    return kind, line
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradguard_agrees_with_the_label(name):
+    kind, line = expectation(name)
+    found = {(f.span.line, PREDICTS[f.code]) for f in analyze((HERE / "cases" / name).read_text())
+             if PREDICTS[f.code]}
+    if kind == "clean":
+        assert not found
+    else:
+        assert (line, kind) in found, f"expected {kind} at line {line}, found {sorted(found)}"
+
+
+@pytest.fixture(scope="module")
+def oracle_results():
+    if importlib.util.find_spec("torch") is None or not ORACLE.exists():
+        pytest.skip("the execution oracle needs torch and ../shared/corpus/oracle.py")
+    spec = importlib.util.spec_from_file_location("gg_oracle", ORACLE)
+    oracle = importlib.util.module_from_spec(spec)
+    sys.modules["gg_oracle"] = oracle
+    spec.loader.exec_module(oracle)
+    return oracle.run_all(str(HERE), CASES)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_torch_agrees_with_the_label(name, oracle_results):
+    kind, line = expectation(name)
+    result = oracle_results[name]
+    assert result["kind"] == kind, result["message"]
+    if kind != "clean":
+        assert result["line"] == line
