@@ -6,8 +6,8 @@ first `backward()` already freed:
 
     RuntimeError: Trying to backward through the graph a second time ...
 
-`gradguard check examples/` reports it before the script runs.  The fix: carry
-`hidden = hidden.detach()` into the next iteration.
+`gradguard check examples/` reports it before the script runs.  The fix:
+`output, hidden = rnn(inputs, hidden.detach())`.
 """
 import torch
 from torch import nn

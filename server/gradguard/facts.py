@@ -71,6 +71,7 @@ class Accumulation:
 
     node: ast.AugAssign
     region: tuple
+    loops: tuple = ()  # keys of the enclosing loops: only a training loop (one that runs backward) counts
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Facts:
     accumulations: dict = field(default_factory=dict)
     loop_steps: dict = field(default_factory=dict)
     consumed_regions: set = field(default_factory=set)  # regions some backward reached
+    backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
 
     @cached_property
     def parents(self) -> dict:

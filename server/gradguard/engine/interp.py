@@ -460,6 +460,10 @@ class Interpreter(Expressions, TorchSemantics):
     def loop_events(self, loop, events) -> None:
         names = {e if isinstance(e, str) else e[0] for e in events}
         key = (self.frame.ctx, id(loop))
+        if "backward" in names:
+            self.facts.backward_loops.add(key)
+        else:
+            self.facts.backward_loops.discard(key)
         if "backward" in names and "step" in names and "zero_grad" not in names:
             step = next(e[1] for e in events if not isinstance(e, str))
             from gradguard.facts import LoopSteps

@@ -24,10 +24,10 @@ from gradguard.engine.values import (
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region
 
+# Device/dtype moves keep the value's graph and storage identity for this analysis (a dtype
+# change adds a ToCopy node that saves nothing; integer casts are in NONDIFF_METHODS).
 IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
-                              "contiguous", "pin_memory", "requires_grad_", "cuda_", "share_memory_"})
-INPUT_PARAMS = frozenset({"self", "input", "indices", "target", "x", "hx", "input1", "input2", "query"})
-BACKWARD_METHODS = frozenset({"backward", "manual_backward"})
+                              "contiguous", "pin_memory", "share_memory_"})
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
@@ -49,13 +49,15 @@ class TorchSemantics:
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
 
     def grad_mode_of(self, v):
+        """The grad mode a context manager or decorator value sets: True, False, None, or "keep"."""
         modes = set()
         for a in v:
             if isinstance(a, GradMode):
                 modes.add(a.mode)
-            elif isinstance(a, Ref) and a.dotted.split(".")[-1] in ("no_grad", "inference_mode") \
-                    and a.dotted.startswith("torch"):
+            elif isinstance(a, Ref) and a.dotted in K.NO_GRAD_CONTEXTS:  # `@torch.no_grad` without parentheses
                 modes.add(False)
+            elif isinstance(a, Ref) and a.dotted in K.ENABLE_GRAD_CONTEXTS:
+                modes.add(True)
             else:
                 return "keep"
         return modes.pop() if len(modes) == 1 else "keep"
@@ -254,7 +256,7 @@ class TorchSemantics:
             if bt is not None and nt is not None:
                 merged = replace(bt, regions=bt.regions | nt.regions, freed=bt.freed | nt.freed,
                                  dirty=bt.dirty | nt.dirty, rg=True if nt.rg else bt.rg,
-                                 leaf=False if nt.rg and not bt.leaf else bt.leaf)
+                                 leaf=False if nt.rg else bt.leaf)
                 self.rebind(target.value, frozenset({merged}), st)
         elif isinstance(target, ast.Name):
             self.bind(target.id, value, st)
@@ -278,7 +280,8 @@ class TorchSemantics:
         t = tensor_of(rhs)
         key = self.key(s)
         if self.frame.loops and isinstance(s.op, ast.Add) and t is not None and t.rg is True:
-            self.facts.accumulations[key] = Accumulation(s, self.region_id(s))
+            loops = tuple((self.frame.ctx, id(loop)) for loop in self.frame.loops)
+            self.facts.accumulations[key] = Accumulation(s, self.region_id(s), loops)
         else:
             self.facts.accumulations.pop(key, None)
 
@@ -337,7 +340,7 @@ class TorchSemantics:
             else:
                 self.facts.grad_reads.pop(self.key(node), None)
             return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("grad",) + tuple(sorted(map(str, t.objs)))}))})
-        if name == "data":
+        if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return self.view_of(v, node, st)
@@ -345,7 +348,7 @@ class TorchSemantics:
             return const(t.rg) if t.rg is not None else UNKNOWN
         if name == "is_leaf":
             return const(t.leaf) if t.leaf is not None else UNKNOWN
-        if name in ("shape", "dtype", "device", "ndim", "grad_fn", "layout", "is_cuda", "names"):
+        if name in K.GRAPH_FREE_ATTRIBUTES:
             return UNKNOWN
         return frozenset({Method(v, name)})
 
@@ -364,10 +367,14 @@ class TorchSemantics:
     def tensor_method(self, v, name, args, kwargs, st, node):
         t = tensor_of(v)
         recv = node.func.value if isinstance(node.func, ast.Attribute) else None
-        if name in BACKWARD_METHODS:
-            self.backward(node, recv, v, self.retain_flag(kwargs, args[1] if len(args) > 1 else None), st)
+        if name == K.BACKWARD_CALLS.tensor_method:
+            pos = K.BACKWARD_CALLS.tensor_method_args["retain_graph_arg"]
+            self.backward(node, recv, v, self.retain_flag(kwargs, args[pos - 1] if len(args) >= pos else None), st)
             return NONE
-        if name in ("detach", "detach_"):
+        if name in K.FACTORY_METHODS:
+            rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
+            return self.fresh_tensor(node, st, rg=rg)
+        if name in K.DETACH_METHODS:
             new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs)})
             if name == "detach_" and recv is not None:
                 self.rebind(recv, new, st)
@@ -416,10 +423,14 @@ class TorchSemantics:
         return out if out else UNKNOWN
 
     def unknown_method(self, name, args, kwargs, st, node):
-        if name in BACKWARD_METHODS and args and tensor_of(args[0]) is not None:
-            self.backward(node, node.args[0] if node.args else None, args[0], self.retain_flag(kwargs), st)
+        """A method of something the engine does not model: `accelerator.backward(loss)` and
+        Lightning's `self.manual_backward(loss)` run backward on their tensor argument."""
+        pos = K.BACKWARD_CALLS.loss_methods.get(name)
+        if pos is not None and len(args) > pos and tensor_of(args[pos]) is not None:
+            root = node.args[pos] if len(node.args) > pos else None
+            self.backward(node, root, args[pos], self.retain_flag(kwargs), st)
             return NONE
-        if name in ("zero_grad",):
+        if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
         return self.call_unknown(args, kwargs, st, node)
 
@@ -479,14 +490,14 @@ class TorchSemantics:
         return self.call_torch(dotted, last, args, kwargs, st, node)
 
     def call_torch(self, dotted, last, args, kwargs, st, node):
-        if last in ("no_grad", "inference_mode") :
+        if dotted in K.NO_GRAD_CONTEXTS:
             mode = False
-            if last == "inference_mode" and args and self.truth_of(args[0]) is False:
+            if dotted in K.INFERENCE_MODE_CONTEXTS and args and self.truth_of(args[0]) is False:
                 mode = True
             return frozenset({GradMode(mode)})
-        if last == "enable_grad":
+        if dotted in K.ENABLE_GRAD_CONTEXTS:
             return frozenset({GradMode(True)})
-        if last == "set_grad_enabled":
+        if dotted in K.SET_GRAD_ENABLED:
             flag = self.truth_of(args[0]) if args else None
             st.grad = flag
             return frozenset({GradMode(flag)})
@@ -497,14 +508,14 @@ class TorchSemantics:
             return frozenset({obj})
         if last in K.OPTIMIZERS and ".optim" in dotted and "lr_scheduler" not in dotted:
             return self.make_optimizer(args, kwargs, st, node)
-        if last == "grad" and "autograd" in dotted:
+        if dotted == "torch.autograd.grad":
             return self.autograd_grad(args, kwargs, st, node)
-        if last == "backward" and "autograd" in dotted:
+        if dotted == "torch.autograd.backward":
             roots = kwargs.get("tensors") or (args[0] if args else UNKNOWN)
             val = self.iter_elements(roots, st) if objs_of(roots) or any(isinstance(a, Tup) for a in roots) else roots
             self.backward(node, node.args[0] if node.args else None, val, self.retain_flag(kwargs), st)
             return NONE
-        if last == "Parameter":
+        if dotted in K.PARAMETER_CLASSES:
             flag = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else True
             return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("t",) + self.region_id(node)}))})
         if last == "Variable":
@@ -519,10 +530,10 @@ class TorchSemantics:
         info = K.module_info(last) if ".nn" in dotted or dotted.startswith("nn.") else None
         if info is not None and last[:1].isupper():
             return self.make_module(last, info, args, kwargs, st, node)
-        if last in K.FACTORIES:
-            if last == "normal" and any(tensor_of(a) is not None for a in args):
+        if last in K.FACTORIES and dotted.startswith("torch"):
+            if last in K.FACTORIES_NUMBERS_ONLY and any(tensor_of(a) is not None for a in args):
                 return self.apply_op("normal", node, args, kwargs, st, method=False, arg_nodes=list(node.args))
-            rg = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else False
+            rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             return self.fresh_tensor(node, st, rg=rg)
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             return self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args))
@@ -831,10 +842,10 @@ class TorchSemantics:
         return frozenset(out)
 
     def optimizer_method(self, opt, name, args, kwargs, st, node):
-        if name == "step":
+        if name in K.OPTIMIZER_STEP_METHODS:
             self.optimizer_step(opt, st, node)
             return UNKNOWN
-        if name == "zero_grad":
+        if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
             return NONE
         if name == "add_param_group" and args:
@@ -848,7 +859,7 @@ class TorchSemantics:
         self.version_bump(node, objs, st)
 
     def scaler_method(self, scaler, name, args, kwargs, st, node):
-        if name == "scale":
+        if name in K.BACKWARD_CALLS.passthrough_methods:
             return args[0] if args else UNKNOWN
         if name == "step" and args:
             for opt in objs_of(args[0], "optimizer"):

@@ -9,8 +9,8 @@ from gradguard.rules.base import Rule
 class AccumulatedGraph(Rule):
     """
     ## What it does
-    Flags `total += loss` in a loop when `loss` carries an autograd graph and the total
-    is never backpropagated.
+    Flags `total += loss` in a training loop (one that runs backward) when `loss`
+    carries an autograd graph and the total is never backpropagated.
 
     ## Why is this bad?
     Each addition links the new loss's graph to the total, so every iteration's graph
@@ -75,7 +75,7 @@ for i in range(3):
 
     def check(self, facts: Facts):
         for f in facts.accumulations.values():
-            if f.region in facts.consumed_regions:
+            if f.region in facts.consumed_regions or not any(k in facts.backward_loops for k in f.loops):
                 continue
             target = facts.text(f.node.target)
             value = facts.text(f.node.value)
