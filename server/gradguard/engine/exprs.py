@@ -16,6 +16,7 @@ from gradguard.engine.values import (
 )
 
 _NUM = Num()
+TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 BIN_DUNDER = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
               ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "and", ast.BitOr: "or",
               ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift"}
@@ -609,6 +610,10 @@ class Expressions:
         return UNKNOWN
 
     def isinstance_truth(self, v, classes, st):
+        if classes and all(isinstance(a, Ref) and a.dotted in TENSOR_CLASSES for a in classes):
+            truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj)) else None
+                      for a in v}
+            return truths.pop() if len(truths) == 1 else None
         targets = {a.id for a in classes if isinstance(a, Obj) and a.kind == "class"}
         if not targets or len(targets) != len(classes):
             return None

@@ -21,7 +21,7 @@ from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, Func, Obj, Tensor, const, join, objs_of,
+    EMPTY, NONE, UNKNOWN, Const, Func, Obj, Tensor, Tup, const, join, objs_of,
 )
 from gradguard.facts import Facts
 
@@ -258,8 +258,13 @@ class Interpreter(Expressions, TorchSemantics):
                     st.set_attr(GLOBALS, t.id, EMPTY)
                 else:
                     st.env.pop(t.id, None)
-            else:
-                self.eval(t.value, st) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
+            elif isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice) and t.slice.lower is None \
+                    and t.slice.upper is None:
+                for obj in objs_of(self.eval(t.value, st), "list"):  # `del lst[:]` empties the list
+                    st.set_attr(obj.id, "<elems>", EMPTY)
+                    st.set_attr(obj.id, "<items>", frozenset({Tup(())}))
+            elif isinstance(t, (ast.Attribute, ast.Subscript)):
+                self.eval(t.value, st)
         return st
 
     def stmt_Return(self, s, st):
@@ -477,7 +482,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.analysed_funcs.add(node)
         if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH or \
                 (self.budget < 0 and not root):
-            return self.call_unknown(args, kwargs, st, call_node)
+            return UNKNOWN  # not followed: its result is unknown (helpers like repackage_hidden detach)
         ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
         local, glob, generator = self.names_of(node)
         frame = Frame(node, ctx, names=(local, glob))
