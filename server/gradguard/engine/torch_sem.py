@@ -17,7 +17,7 @@ import ast
 from dataclasses import replace
 
 from gradguard import knowledge as K
-from gradguard.engine.state import mark_dirty, mark_freed
+from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
     join_all, map_tensors, objs_of, tensor_of,
@@ -26,6 +26,7 @@ from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region
 
 # Device/dtype moves keep the value's graph and storage identity for this analysis (a dtype
 # change adds a ToCopy node that saves nothing; integer casts are in NONDIFF_METHODS).
+GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set, so step() changes parameters
 IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
                               "contiguous", "pin_memory", "share_memory_"})
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
@@ -301,6 +302,8 @@ class TorchSemantics:
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
             definite and t.rg is False and st.grad is not None, carriers)
         self.facts.consumed_regions |= t.regions
+        if t.rg is not False:
+            self.grads_written(st)
         if retain is False and t.rg is not False:
             mark_freed(st, t.regions)
             self.frame.freed |= t.regions
@@ -823,8 +826,23 @@ class TorchSemantics:
     def make_optimizer(self, args, kwargs, st, node):
         obj = Obj(("opt", self.frame.ctx, id(node)), "optimizer")
         params = kwargs.get("params") or (args[0] if args else UNKNOWN)
-        st.heap[obj.id] = {"<params>": params}
+        grads = st.get_attr(GLOBALS, GRADS) or const(False)  # a backward before it may have left grads
+        st.heap[obj.id] = {"<params>": params, GRADS: grads}
         return frozenset({obj})
+
+    def grads_written(self, st):
+        """A backward filled `.grad`: every optimizer's step() now changes its parameters."""
+        st.set_attr(GLOBALS, GRADS, const(True))
+        for oid, attrs in list(st.heap.items()):
+            if GRADS in attrs and oid != GLOBALS:
+                st.set_attr(oid, GRADS, const(True))
+
+    def grads_cleared(self, opt, kwargs, st):
+        """zero_grad() sets grads to None (set_to_none defaults to True): a step before the
+        next backward skips every parameter."""
+        flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
+        if flag is True:
+            st.set_attr(opt.id, GRADS, const(False))
 
     def optimizer_objs(self, params, st, depth=0) -> frozenset:
         out = set()
@@ -847,6 +865,7 @@ class TorchSemantics:
             return UNKNOWN
         if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
+            self.grads_cleared(opt, kwargs, st)
             return NONE
         if name == "add_param_group" and args:
             st.set_attr(opt.id, "<params>", join(st.get_attr(opt.id, "<params>") or EMPTY, args[0]))
@@ -855,6 +874,8 @@ class TorchSemantics:
 
     def optimizer_step(self, opt, st, node):
         self.note_event("step", node)
+        if st.get_attr(opt.id, GRADS) == const(False):
+            return  # no parameter has a grad: step() changes nothing
         objs = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
         self.version_bump(node, objs, st)
 
