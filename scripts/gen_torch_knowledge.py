@@ -854,7 +854,7 @@ def functional_entries(composer):
                 builtin_aliases[name] = native
             continue
         if getattr(obj, "__module__", "") not in ("torch.nn.functional", "torch._jit_internal") \
-                and not name in FUNCTIONAL:
+                and name not in FUNCTIONAL:
             continue
         params = [p for p in ps if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                inspect.Parameter.KEYWORD_ONLY,

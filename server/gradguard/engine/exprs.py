@@ -247,8 +247,7 @@ class Expressions:
     def augassign(self, s, st):
         current = self.eval(s.target, st)
         rhs = self.eval(s.value, st)
-        if tensor_of(current) is not None and not isinstance(s.target, ast.Name) or \
-                (tensor_of(current) is not None and not _all_unknown_or_tensor_free(current)):
+        if tensor_of(current) is not None:  # `t += x` on a tensor is in place (`t.add_(x)`)
             self.augassign_tensor(s, current, rhs, st)
             return
         self.assign(s.target, self.binop(s, s.op, current, rhs, st, s.target, s.value), st, s)
@@ -262,11 +261,9 @@ class Expressions:
             elif isinstance(a, Tensor):
                 parts = [self.view_of(frozenset({a}), node, st)] * n
             elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict"):
-                items = st.get_attr(a.id, "<items>")
                 exact = self.exact_items(frozenset({a}), st)
                 parts = list(exact) if exact is not None and len(exact) == n else \
                     [self.iter_elements(frozenset({a}), st)] * n
-                del items
             else:
                 parts = [UNKNOWN] * n
             outs = [join(o, p) for o, p in zip(outs, parts)]
@@ -343,7 +340,7 @@ class Expressions:
             elif isinstance(a, Obj):
                 out = join(out, self.object_attribute(a, name, st, node))
             else:
-                out = join(out, UNKNOWN if name not in ("append", "extend") else frozenset({Method(frozenset({a}), name)}))
+                out = join(out, UNKNOWN)
         return out if out else UNKNOWN
 
     def object_attribute(self, obj: Obj, name, st, node):
@@ -572,9 +569,9 @@ class Expressions:
                     return None
                 return res if isinstance(op, ast.Is) else not res
             if isinstance(op, (ast.Eq, ast.NotEq)) and len(left) == 1 and len(right) == 1:
-                (l,), (r,) = tuple(left), tuple(right)
-                if isinstance(l, Const) and isinstance(r, Const):
-                    return (l.value == r.value) == isinstance(op, ast.Eq)
+                (a,), (b,) = tuple(left), tuple(right)
+                if isinstance(a, Const) and isinstance(b, Const):
+                    return (a.value == b.value) == isinstance(op, ast.Eq)
             return None
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
                 and len(test.args) == 2:
@@ -659,9 +656,3 @@ class Expressions:
             return ".".join(reversed(parts))
         return ""
 
-
-def _all_unknown_or_tensor_free(v) -> bool:
-    return all(isinstance(a, Unknown) for a in v)
-
-
-__all__ = ["Expressions", "objs_of", "Const"]

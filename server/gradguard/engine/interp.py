@@ -21,7 +21,7 @@ from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, Func, Obj, Tensor, Tup, const, join, objs_of,
+    EMPTY, NONE, UNKNOWN, Func, Obj, Tup, const, join, objs_of,
 )
 from gradguard.facts import Facts
 
@@ -371,7 +371,7 @@ class Interpreter(Expressions, TorchSemantics):
                 kind = "classmethod"
             elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
-            elif self.grad_mode_of(dv) is False or self.grad_mode_of(self.call_result_of_ctx(dv)) is False:
+            elif self.grad_mode_of(dv) is False:
                 self.no_grad_funcs.add(s)
         if value is None:
             value = frozenset({Func(s, kind=kind)})
@@ -579,5 +579,3 @@ def _is_generator(node) -> bool:
         return False
     return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _walk_own(node))
 
-
-__all__ = ["Interpreter", "AnalysisTimeout", "Tensor", "objs_of", "Obj"]

@@ -63,9 +63,6 @@ class TorchSemantics:
                 return "keep"
         return modes.pop() if len(modes) == 1 else "keep"
 
-    def call_result_of_ctx(self, v):
-        return v
-
     def enter_value(self, ctx):
         return NONE if all(isinstance(a, GradMode) for a in ctx) and ctx else UNKNOWN
 
@@ -342,7 +339,7 @@ class TorchSemantics:
                 self.facts.grad_reads[self.key(node)] = GradRead(node)
             else:
                 self.facts.grad_reads.pop(self.key(node), None)
-            return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("grad",) + tuple(sorted(map(str, t.objs)))}))})
+            return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in ("T", "mT", "H", "mH", "real", "imag"):

@@ -114,7 +114,8 @@ for step in range(3):
             again = b.node in freeing
             where = "an earlier iteration's backward" if again else \
                 ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in freeing[:2]) or "an earlier backward"
-            message = (f"`{root}` is backpropagated through the graph of `{facts.text(first.node)}` (line {first.node.lineno}), "
+            made = f"`{facts.text(first.node)}` (line {first.node.lineno})"
+            message = (f"`{root}` is backpropagated through the graph of {made}, "
                        f"which {where} already freed: this raises 'Trying to backward through the graph a second "
                        f"time'")
             related = [(facts.span(n), "the graph is freed here" + (" (previous iteration)" if n is b.node else ""))

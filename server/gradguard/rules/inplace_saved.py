@@ -97,7 +97,8 @@ opt_d.step()
             saved = ", ".join(sorted(n if n != "result" else "its output" for n in first.saved_names)) or "a tensor"
             what = ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in changers[:2]) or "an in-place op"
             root = facts.text(b.root) if b.root is not None else "this value"
-            message = (f"`{root}` is backpropagated through `{facts.text(first.node)}` (line {first.node.lineno}), which saved "
+            made = f"`{facts.text(first.node)}` (line {first.node.lineno})"
+            message = (f"`{root}` is backpropagated through {made}, which saved "
                        f"{saved} for backward; {what} modified it in place since: this raises 'one of the variables "
                        f"needed for gradient computation has been modified by an inplace operation'")
             related = [Related(facts.span(n), "modified in place here") for n in changers[:3]]

@@ -1,5 +1,5 @@
 # expect: clean
-# shape: the REINFORCE example: log-probs collected on the policy object, cleared with `del lst[:]` after each episode's backward
+# shape: REINFORCE: log-probs collected on the policy, cleared with `del lst[:]` after each backward
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,5 +1,5 @@
 # expect: freed_graph
-# shape: a module keeps a running mean on self, updated in forward without detach: next step's loss reaches last step's graph
+# shape: a running mean kept on self, updated in forward without detach, reaches last step's graph
 import torch
 import torch.nn as nn
 
