@@ -22,6 +22,12 @@ SOURCE = re.compile(r"requires_grad|Parameter\s*\(|parameters\s*\(|\.weight\b|\.
 BACKWARD = re.compile(r"\.backward\s*\(|autograd\s*\.\s*(?:grad|backward)\s*\(|manual_backward\s*\(|\.grad\b")
 
 
+def module_like(source: str, methods) -> frozenset:
+    """Receivers (`model`, `self.net`) on which the text calls a method only nn.Modules have."""
+    names = "|".join(sorted(methods))
+    return frozenset(m.group(1) for m in re.finditer(r"([A-Za-z_][\w.]*)\s*\.\s*(?:" + names + r")\s*\(", source))
+
+
 def worth_analysing(source: str) -> bool:
     """False when no rule can fire: no torch, or no sink, or nothing that requires grad."""
     return "torch" in source and SINK.search(source) is not None and (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import time
 
+from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
@@ -113,6 +114,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.sites = binder.functions(tree)
         self.owner_of = {f.node: f.owner for f in self.sites}
         self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
+        self.module_like = binder.module_like(source, K.MODULE_METHODS)
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -211,6 +213,9 @@ class Interpreter(Expressions, TorchSemantics):
 
     def stmt_Assign(self, s, st):
         v = self.eval(s.value, st)
+        if v == UNKNOWN and isinstance(s.value, ast.Call) and len(s.targets) == 1 \
+                and self.dotted(s.targets[0]) in self.module_like:
+            v = self.opaque_module(s.value, st)  # `model = ImportedNet()`, later `model.parameters()`
         for t in s.targets:
             self.assign(t, v, st, s)
         return st

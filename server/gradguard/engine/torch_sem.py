@@ -503,6 +503,8 @@ class TorchSemantics:
             return frozenset({GradMode(flag)})
         if last in ("autocast",):
             return frozenset({GradMode("keep")})
+        if dotted in K.MODULE_WRAPPERS and args and objs_of(args[0], "module"):
+            return args[0]
         if last in ("GradScaler",):
             obj = Obj(("scaler", self.frame.ctx, id(node)), "scaler")
             return frozenset({obj})
@@ -638,19 +640,20 @@ class TorchSemantics:
         return UNKNOWN
 
     def call_unknown(self, args, kwargs, st, node):
-        """A call the engine cannot see into: its result carries the graphs of its tensor arguments."""
+        """A call the engine cannot see into.  Its result carries the graphs of its tensor
+        arguments (a custom loss keeps the model's graph), but not their freed/dirty flags:
+        the callee may have detached them (an imported `repackage_hidden`), and a finding
+        must not rest on code nobody can see."""
         vals = [v for v in [*args, *kwargs.values()] if tensor_of(v) is not None]
         if not vals:
             return UNKNOWN
-        regions, freed, dirty, rgs = set(), set(), set(), []
+        regions, rgs = set(), []
         for v in vals:
             t = tensor_of(v)
             regions |= t.regions
-            freed |= t.freed
-            dirty |= t.dirty
             rgs.append(t.rg)
         rg = True if True in rgs and st.grad is True else None
-        return frozenset({Tensor(frozenset(regions), frozenset(freed), frozenset(dirty), rg, None)}) | UNKNOWN
+        return frozenset({Tensor(frozenset(regions), rg=rg, leaf=None)}) | UNKNOWN
 
     # ----------------------------------------------------------------- modules
     def make_module(self, cls_name, info, args, kwargs, st, node):
@@ -820,6 +823,13 @@ class TorchSemantics:
                               inputs, st, sub=sub, arg_nodes=arg_list, modules={m.id})
 
     # ----------------------------------------------------------------- optimizers and scalers
+    def opaque_module(self, node, st):
+        """A module whose class the engine cannot see: its calls save inputs and parameters."""
+        obj = Obj(("obj", self.frame.ctx, id(node)), "module")
+        self.module_kind[obj.id] = "opaque"
+        st.heap.setdefault(obj.id, {})
+        return frozenset({obj})
+
     def make_optimizer(self, args, kwargs, st, node):
         obj = Obj(("opt", self.frame.ctx, id(node)), "optimizer")
         params = kwargs.get("params") or (args[0] if args else UNKNOWN)

@@ -34,6 +34,10 @@ torchgen data; never edit by hand)
         how code runs backward (which frees saved tensors unless retain_graph).
     ``PARAMETER_CLASSES``
         leaf constructors that require grad by default.
+    ``MODULE_WRAPPERS``
+        calls returning a module that behaves as the one they wrap (DataParallel, torch.compile).
+    ``MODULE_METHODS``
+        methods only modules have: an imported class whose instance calls one is a module.
     ``module_info()``
         torch.nn classes: trainable params, which op models a call, in-place flag.
 
@@ -57,7 +61,8 @@ __all__ = [
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
-    "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "TORCH_VERSION",
+    "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "TORCH_VERSION",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -488,6 +493,10 @@ def _api_table(name: str):
         return frozenset(api["optimizers"]["zero_grad_methods"])
     if name == "PARAMETER_CLASSES":
         return frozenset(api["parameter_classes"]["names"])
+    if name == "MODULE_WRAPPERS":
+        return frozenset(api["module_wrappers"]["names"])
+    if name == "MODULE_METHODS":
+        return frozenset(api["module_methods"]["names"])
     if name == "TORCH_VERSION":
         return _load()["torch"]
     if name == "BACKWARD_CALLS":
