@@ -42,7 +42,8 @@ class Backward:
     freed_hit: frozenset = frozenset()  # saving regions already freed: will raise freed_graph
     dirty_hit: frozenset = frozenset()  # saving regions whose saved tensors were modified in place
     no_grad_fn: bool = False  # the root certainly does not require grad
-    carriers: tuple = ()  # (name, assignment node) of variables holding the freed regions here
+    carriers: tuple = ()  # names (and `self.` attributes) holding the stale regions here
+    dirty_freed: frozenset = frozenset()  # freed regions also modified in place: keeping them would not help
 
 
 @dataclass
@@ -56,6 +57,14 @@ class Inplace:
     objs: frozenset = frozenset()
     loops: tuple = ()
     function: ast.AST | None = None
+
+
+@dataclass
+class Step:
+    """An optimizer step that changed parameters (their storage ids in `objs`)."""
+
+    node: ast.AST
+    objs: frozenset
 
 
 @dataclass
@@ -96,6 +105,8 @@ class Facts:
     loop_steps: dict = field(default_factory=dict)
     consumed_regions: set = field(default_factory=set)  # regions some backward reached
     backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
+    steps: dict = field(default_factory=dict)  # key -> Step
+    grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
 
     @cached_property
     def parents(self) -> dict:

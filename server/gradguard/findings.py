@@ -25,21 +25,43 @@ class Related:
 
 
 @dataclass(frozen=True)
-class Fix:
-    """A kind of fix that applies to a finding, computed from the data flow.
+class Edit:
+    """One change a fix makes, computed from the data flow; the language server turns it
+    into a libcst edit lazily.  Kinds:
 
-    `kind` is one of: "detach", "no_grad", "retain_graph", "item", "retain_grad",
-    "clone", "zero_grad".  `spans` are the places the edit targets (the expression to
-    detach, the statements to wrap, the backward call that keeps the graph, ...);
-    `name` is the value involved, when there is one.  The language server turns these
-    into libcst edits lazily.  Several spans mean one edit at each (two `.detach()`s).
+    - "detach": append `.detach()` to the expression at `span`;
+    - "detach_before" / "detach_after": insert `NAME = NAME.detach()` before / after the
+      statement at `span`;
+    - "no_grad": wrap the statement at `span` in `with torch.no_grad():`;
+    - "retain_graph": add `retain_graph=True` to the call at `span`;
+    - "item": append `.item()` to the expression at `span`;
+    - "clone_before": insert `NAME = NAME.clone()` before the statement at `span`;
+    - "out_of_place": turn the in-place call at `span` (`x.relu_()`, `x.masked_fill_(...)`)
+      into an assignment of its out-of-place form (`x = x.relu()`);
+    - "retain_grad": insert `NAME.retain_grad()` after the statement at `span`;
+    - "zero_grad": insert `NAME.zero_grad()` before the statement at `span`;
+    - "move_into_loop": move the statement at `span` to the top of the loop body at `target`;
+    - "move_after": move the statement at `span` to just after the statement at `target`.
     """
 
     kind: str
-    title: str
-    spans: tuple[Span, ...]
+    span: Span
     name: str = ""
+    target: Span | None = None
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A fix: its title and the edits that make it (a fix may need two, as
+    `retain_graph=True` on one backward plus `.detach()` in the next loss)."""
+
+    title: str
+    edits: tuple[Edit, ...]
     preferred: bool = False
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(e.kind for e in self.edits)
 
 
 @dataclass(frozen=True)

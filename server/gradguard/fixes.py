@@ -1,35 +1,57 @@
-"""Which fixes apply to a finding, derived from the facts (the server turns them into edits).
+"""Fix planning: which edits make a flagged program run, decided from the data flow.
 
-Kinds: "detach" (append `.detach()` to each span's expression), "detach_before" (insert
-`NAME = NAME.detach()` before the statement at the span), "detach_after" (insert it after
-that statement), "no_grad" (wrap the statements at the span in `with torch.no_grad():`),
-"retain_graph" (add `retain_graph=True` to the call at the span), "item" (append `.item()`),
-"clone" (append `.clone()`), "retain_grad" (insert `NAME.retain_grad()` after the statement
-at the span), "zero_grad" (insert `NAME.zero_grad()` before the statement at the span),
-"move_into_loop" (move the statement at the span to the top of the loop body).
+Rules call these planners; the language server turns the chosen edits into libcst
+changes (`findings.Edit` lists the kinds).  The first fix of each plan is the preferred
+one.  The choices follow what the graph needs:
+
+* a second loss that reuses a subgraph the first backward freed: cut the first loss off
+  from the shared part with `.detach()` where gradients into it are wasted (the optimizer
+  stepped after the first backward does not train it), otherwise keep the graph with
+  `retain_graph=True` — and if an optimizer step changed weights the shared part saved,
+  also detach those in the second loss;
+* a value built before a loop and reused by every iteration's backward: build it under
+  `torch.no_grad()` if the loss still has a graph without it, else rebuild it inside the loop;
+* a value carried from the previous iteration: detach the carrier where it crosses;
+* a saved tensor modified in place: use the out-of-place op, or run the optimizer step
+  after the backward that still needs the old weights.
 """
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
-from gradguard.facts import Facts
-from gradguard.findings import Fix
+from gradguard.facts import Backward, Facts
+from gradguard.findings import Edit, Fix
+
+DETACHABLE = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
 
 
+# ----------------------------------------------------------------- small helpers
 def statement_of(facts: Facts, node: ast.AST) -> ast.stmt:
     while not isinstance(node, ast.stmt):
         node = facts.parents[node]
     return node
 
 
-def fix(facts: Facts, kind: str, title: str, nodes, name: str = "", preferred: bool = False) -> Fix:
-    return Fix(kind, title, tuple(facts.span(n) for n in nodes), name, preferred)
+def edit(facts: Facts, kind: str, node: ast.AST, name: str = "", target: ast.AST | None = None) -> Edit:
+    return Edit(kind, facts.span(node), name, facts.span(target) if target is not None else None)
 
 
-def prefer(fixes: list[Fix], index: int = 0) -> tuple[Fix, ...]:
-    """Mark one fix preferred (the first by default) and return them in order."""
-    from dataclasses import replace
-    return tuple(replace(f, preferred=i == index) for i, f in enumerate(fixes))
+def ranked(fixes: list[Fix | None]) -> tuple[Fix, ...]:
+    """Drop missing fixes and duplicates; the first one left is preferred."""
+    out: list[Fix] = []
+    for f in fixes:
+        if f is not None and f.edits and all(f.edits != g.edits for g in out):
+            out.append(replace(f, preferred=not out))
+    return tuple(out)
+
+
+def before(a: ast.AST, b: ast.AST) -> bool:
+    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)
+
+
+def backward_fact(facts: Facts, node: ast.AST) -> Backward | None:
+    return next((b for b in facts.backwards.values() if b.node is node), None)
 
 
 def loop_carried_names(loop: ast.AST) -> set:
@@ -39,26 +61,242 @@ def loop_carried_names(loop: ast.AST) -> set:
         assigned -= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     definite: set = set()
     exposed: set = set()
-    for stmt in loop.body:
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in definite:
-                exposed.add(n.id)
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for t in targets:
-                definite |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+    def visit(body):
+        for stmt in body:
+            if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                for item in stmt.items:
+                    exposed.update(_loads(item.context_expr) - definite)
+                visit(stmt.body)
+                continue
+            exposed.update(_loads(stmt) - definite)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    definite.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+
+    visit(loop.body)
     return exposed & assigned
 
 
+def _loads(node) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
 def assigned_before(facts: Facts, name: str, loop: ast.AST) -> bool:
-    """`name` is assigned somewhere before the loop in the same body (so it exists at loop entry)."""
+    """`name` is assigned before the loop in the same body (so it exists at loop entry)."""
     parent = facts.parents.get(loop)
-    body = None
     for field in ("body", "orelse", "finalbody"):
         seq = getattr(parent, field, None)
         if isinstance(seq, list) and loop in seq:
-            body = seq[: seq.index(loop)]
-    if body is None:
-        return False
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-               for stmt in body for n in ast.walk(stmt))
+            return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                       for stmt in seq[: seq.index(loop)] for n in ast.walk(stmt))
+    return False
+
+
+# ----------------------------------------------------------------- where to cut a graph
+def cut_points(facts: Facts, ops, through: frozenset, within: frozenset, function) -> list[ast.AST]:
+    """Arguments to `.detach()` so that the graphs of `ops` no longer reach `through`.
+
+    A cut is an argument of one of `ops` written in `function` (the code that builds this
+    loss, not a `forward` other losses share) that carries some of `through` and nothing
+    outside `within` (it brings in only the shared part), of an op that keeps another
+    input that requires grad (a module's parameters count), and that is not an input of
+    `torch.autograd.grad`.  Of cuts on one path only the most upstream is kept."""
+    found = []
+    for rid in ops:
+        region = facts.regions.get(rid)
+        if region is None or _function_of(facts, region.node) is not function:
+            continue
+        for arg, carried in region.args:
+            if not isinstance(arg, DETACHABLE) or not carried & through or not carried <= within:
+                continue
+            others = [c for a, c in region.args if a is not arg and any(facts.regions[r].certain for r in c
+                                                                          if r in facts.regions)]
+            if not (others or region.modules) or facts.text(arg) in facts.grad_inputs:
+                continue
+            found.append((rid, arg, carried))
+    kept = []
+    for rid, arg, carried in found:
+        downstream = any(other_rid in carried for other_rid, _, _ in found if other_rid != rid)
+        if not downstream and all(arg is not k for k in kept):
+            kept.append(arg)
+    return sorted(kept, key=lambda n: (n.lineno, n.col_offset))
+
+
+def recurrences(facts: Facts, ops, hit: frozenset) -> list[ast.AST]:
+    """Arguments through which a value from the previous iteration re-enters an op that
+    made it (`h = cell(x, h)`, `self.mem = beta * self.mem + x`)."""
+    found = []
+    for rid in ops:
+        region = facts.regions.get(rid)
+        if region is None:
+            continue
+        for arg, carried in region.args:
+            if isinstance(arg, DETACHABLE) and rid in carried and carried & hit:
+                found.append(arg)
+    return sorted(set(found), key=lambda n: (n.lineno, n.col_offset))
+
+
+def steps_between(facts: Facts, first: ast.AST, second: ast.AST, function) -> list:
+    return [s for s in facts.steps.values()
+            if before(first, s.node) and before(s.node, second) and _function_of(facts, s.node) is function]
+
+
+def _function_of(facts: Facts, node):
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        node = facts.parents.get(node)
+    return node
+
+
+# ----------------------------------------------------------------- GG001
+def freed_graph(facts: Facts, b: Backward, freeing: list) -> tuple[Fix, ...]:
+    hit = b.freed_hit
+    firsts = [n for n in freeing if n is not b.node]
+    if firsts:
+        return _two_losses(facts, b, firsts)
+    loop = b.loops[-1] if b.loops else None
+    if loop is None:
+        return ranked([Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
+    outside = [facts.regions[r] for r in hit if loop not in facts.regions[r].loops]
+    if outside:
+        return _built_before_loop(facts, b, loop, outside)
+    return _carried_from_previous_iteration(facts, b, loop)
+
+
+def _two_losses(facts, b, firsts):
+    first = max(firsts, key=lambda n: (n.lineno, n.col_offset))
+    fb = backward_fact(facts, first)
+    shared = b.freed_hit
+    fixes = []
+    detach = None
+    if fb is not None:
+        cuts = cut_points(facts, fb.regions - b.regions, shared, b.regions, _function_of(facts, first))
+        if cuts:
+            names = ", ".join(f"`{facts.text(c)}`" for c in cuts)
+            detach = Fix(f"Detach {names} in the loss backpropagated on line {first.lineno}",
+                         tuple(edit(facts, "detach", c) for c in cuts))
+    retain = edit(facts, "retain_graph", first)
+    if b.dirty_freed:  # an optimizer step changed weights the shared part saved: the second loss must not use them
+        cuts = cut_points(facts, b.regions - fb.regions, b.dirty_freed, fb.regions,
+                          _function_of(facts, b.node)) if fb else []
+        keep = Fix(f"Keep the graph on line {first.lineno} and detach "
+                   + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " here",
+                   (retain, *(edit(facts, "detach", c) for c in cuts))) if cuts else None
+    else:
+        keep = Fix(f"Keep the graph: `retain_graph=True` on line {first.lineno}", (retain,))
+    stepped = steps_between(facts, first, b.node, _function_of(facts, b.node))
+    modules = {m for r in b.freed_hit for m in facts.regions[r].modules}
+    wasted = bool(stepped) and not any(("params", m) in s.objs for s in stepped for m in modules)
+    if detach is not None and (wasted or keep is None):
+        fixes = [detach, keep]
+    else:
+        fixes = [keep, detach]
+    return ranked(fixes)
+
+
+def _built_before_loop(facts, b, loop, outside):
+    stmts = []
+    for region in sorted(outside, key=lambda r: (r.node.lineno, r.node.col_offset)):
+        s = statement_of(facts, region.node)
+        if s not in stmts and not any(s in ast.walk(t) for t in stmts):
+            stmts.append(s)
+    still_has_graph = any(loop in facts.regions[r].loops and facts.regions[r].certain
+                          for r in b.regions if r in facts.regions)
+    what = facts.text(stmts[0], 40)
+    if still_has_graph:
+        first = Fix(f"Compute `{what}` under `torch.no_grad()` (it gets no gradient)",
+                    tuple(edit(facts, "no_grad", s) for s in stmts))
+    else:
+        first = Fix(f"Recompute `{what}` in every iteration",
+                    tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts))
+    return ranked([first, Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
+
+
+def _carried_from_previous_iteration(facts, b, loop):
+    fixes = []
+    carried = loop_carried_names(loop)
+    for name in [c for c in b.carriers if c in carried][:1]:
+        if assigned_before(facts, name, loop):
+            fixes.append(Fix(f"Detach `{name}` at the start of each iteration",
+                             (edit(facts, "detach_before", loop.body[0], name),)))
+        else:
+            fixes.append(Fix(f"Detach `{name}` after the backward",
+                             (edit(facts, "detach_after", statement_of(facts, b.node), name),)))
+    cuts = recurrences(facts, b.regions, b.freed_hit)
+    if cuts:
+        fixes.append(Fix(f"Detach `{facts.text(cuts[0])}` where the previous iteration's value comes back",
+                         (edit(facts, "detach", cuts[0]),)))
+    fixes.append(Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),)))
+    return ranked(fixes)
+
+
+# ----------------------------------------------------------------- GG002
+def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
+    fixes = []
+    for n in changers[:1]:
+        stmt = statement_of(facts, n)
+        if _is_step(n):
+            target = _statement_reaching(facts, b, _function_of(facts, n))
+            if target is not None and before(stmt, target):
+                fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
+                                 (edit(facts, "move_after", stmt, target=target),)))
+        elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                                               and n.func.attr.endswith("_")):
+            fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),)))
+        elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
+            fixes.append(Fix(f"Modify a copy: `{n.value.id} = {n.value.id}.clone()` first",
+                             (edit(facts, "clone_before", stmt, n.value.id),)))
+    cuts = cut_points(facts, b.regions, b.dirty_hit, b.regions, _function_of(facts, b.node))
+    if cuts:
+        fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
+                         tuple(edit(facts, "detach", c) for c in cuts)))
+    return ranked(fixes)
+
+
+def _statement_reaching(facts: Facts, b: Backward, function) -> ast.stmt | None:
+    """The statement of `function` that runs the backward `b` (it, or a call leading to it)."""
+    if _function_of(facts, b.node) is function:
+        return statement_of(facts, b.node)
+    ids = {id(n): n for n in ast.walk(facts.tree) if isinstance(n, ast.Call)}
+    for key, fact in facts.backwards.items():
+        if fact is b:
+            for call_id in key[0]:
+                call = ids.get(call_id)
+                if call is not None and _function_of(facts, call) is function:
+                    return statement_of(facts, call)
+    return None
+
+
+def _is_step(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+
+
+# ----------------------------------------------------------------- other rules
+def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
+    return ranked([Fix("Wrap it in `with torch.no_grad():`", (edit(facts, "no_grad", statement_of(facts, node)),))])
+
+
+def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
+    if not isinstance(read.value, ast.Name):
+        return ()
+    name = read.value.id
+    stmt = statement_of(facts, read)
+    assigns = [n for n in ast.walk(facts.tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               and before(n, stmt) and any(isinstance(t, ast.Name) and t.id == name
+                                           for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    if not assigns:
+        return ()
+    last = max(assigns, key=lambda n: (n.lineno, n.col_offset))
+    return ranked([Fix(f"Call `{name}.retain_grad()` after it is computed", (edit(facts, "retain_grad", last, name),))])
+
+
+def accumulate_item(facts: Facts, node: ast.AugAssign) -> tuple[Fix, ...]:
+    value = facts.text(node.value)
+    return ranked([Fix(f"Accumulate `{value}.item()`", (edit(facts, "item", node.value),)),
+                   Fix(f"Accumulate `{value}.detach()`", (edit(facts, "detach", node.value),))])
+
+
+def zero_grad(facts: Facts, loop: ast.AST, optimizer: str) -> tuple[Fix, ...]:
+    return ranked([Fix(f"Call `{optimizer}.zero_grad()` at the start of each iteration",
+                       (edit(facts, "zero_grad", loop.body[0], optimizer),))])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import time
+from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine import binder
@@ -22,7 +23,7 @@ from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Func, Obj, Tup, const, join, objs_of,
+    EMPTY, NONE, UNKNOWN, Func, Obj, Tup, const, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 
@@ -490,6 +491,7 @@ class Interpreter(Expressions, TorchSemantics):
             return UNKNOWN  # not followed: its result is unknown (helpers like repackage_hidden detach)
         ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
         local, glob, generator = self.names_of(node)
+        arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob))
         callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
@@ -520,7 +522,23 @@ class Interpreter(Expressions, TorchSemantics):
                 self.frame.dirtied |= frame.dirtied
         if generator:
             return self.make_sequence(frame.yields, st, call_node)
-        return frame.ret if frame.ret else UNKNOWN
+        return self.call_region(func, args, arg_nodes, frame.ret, st, call_node) if frame.ret else UNKNOWN
+
+    def call_region(self, func: Func, args, arg_nodes, ret, st, call_node):
+        """Record the call itself as a (saving-nothing) region of its result, with its
+        arguments: a fix can then cut a graph at `D(fake.detach())` in the caller instead
+        of inside the shared `forward`."""
+        t = tensor_of(ret)
+        if t is None or t.rg is False or not isinstance(call_node, ast.Call):
+            return ret
+        if any(isinstance(a, ast.Starred) for a in call_node.args):
+            return ret
+        pairs = list(zip(call_node.args, args[len(args) - len(call_node.args):])) + arg_nodes
+        carried = [(n, tensor_of(v).regions) for n, v in pairs if tensor_of(v) is not None]
+        modules = {o.id for o in objs_of(func.bound or EMPTY, "module") if self.has_parameters(o, st)}
+        rid = self.region_id(call_node, "call")
+        self.region(rid, call_node, (), (), False, carried, modules, certain=t.rg is True)
+        return map_tensors(ret, lambda x: replace(x, regions=x.regions | {rid}) if x.rg is not False else x)
 
     def bind_params(self, node, args, kwargs, st: State, frame: Frame, caller: State) -> None:
         a = node.args
@@ -557,7 +575,8 @@ class Interpreter(Expressions, TorchSemantics):
 
     # ----------------------------------------------------------------- facts helpers
     def loops_here(self) -> tuple:
-        return tuple(self.frame.loops)
+        """Every loop enclosing this point, through the calls that led here, outermost first."""
+        return tuple(loop for fr in self.frames for loop in fr.loops)
 
     def current_function(self):
         for fr in reversed(self.frames):

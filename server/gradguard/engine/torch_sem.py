@@ -22,7 +22,7 @@ from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
     join_all, map_tensors, objs_of, tensor_of,
 )
-from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region
+from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
 # Device/dtype moves keep the value's graph and storage identity for this analysis (a dtype
 # change adds a ToCopy node that saves nothing; integer casts are in NONDIFF_METHODS).
@@ -85,7 +85,7 @@ class TorchSemantics:
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False) -> Region:
         reg = self.facts.regions.get(rid)
         if reg is None:
-            reg = Region(rid, node, loops=tuple(self.frame.loops),
+            reg = Region(rid, node, loops=self.loops_here(),
                          function=self.current_function())
             self.facts.regions[rid] = reg
         reg.saves |= saves
@@ -297,7 +297,7 @@ class TorchSemantics:
         carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
         self.facts.backwards[self.key(node)] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
-            definite and t.rg is False and st.grad is not None, carriers)
+            definite and t.rg is False and st.grad is not None, carriers, freed_hit & t.dirty)
         self.facts.consumed_regions |= t.regions
         if t.rg is not False:
             self.grads_written(st)
@@ -310,7 +310,7 @@ class TorchSemantics:
     def carriers(self, regions, st) -> tuple:
         """Names (and `self.` attributes) whose values hold the given stale regions here."""
         out = []
-        scopes = [("", st.env)]
+        scopes = [("", st.heap.get(GLOBALS, {}) if self.frame.is_module else st.env)]
         fr = self.frame
         if fr.self_value is not None:
             for obj in objs_of(fr.self_value):
@@ -569,6 +569,12 @@ class TorchSemantics:
         create = self.truth_of(kwargs["create_graph"]) if "create_graph" in kwargs else False
         retain = self.retain_flag(kwargs)
         root = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "outputs"), None)
+        inputs_node = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords
+                                                                   if k.arg == "inputs"), None)
+        if inputs_node is not None:
+            for n in ast.walk(inputs_node):
+                if isinstance(n, (ast.Name, ast.Attribute)):
+                    self.facts.grad_inputs.add(self.facts.text(n))
         self.backward(node, root, outs, retain if retain is not None else None, st)
         t = tensor_of(outs)
         if create and t is not None:
@@ -704,6 +710,19 @@ class TorchSemantics:
                 for item in a.items:
                     yield from self.flat_objects(item, st, depth + 1)
 
+    def has_parameters(self, m: Obj, st) -> bool:
+        """Whether the module (or one of its submodules) has parameters of its own."""
+        for x in self.submodules(m, st):
+            kind = self.module_kind.get(x.id)
+            info = K.module_info(kind) if kind not in (None, "local", "opaque") else None
+            if kind == "opaque" or (info is not None and info.has_params):
+                return True
+            for v in (st.heap.get(x.id) or {}).values():
+                t = tensor_of(v)
+                if t is not None and any(o[0] == "params" for o in t.objs):
+                    return True
+        return False
+
     def module_rg(self, m: Obj, st):
         flag = st.get_attr(m.id, "<rg>")
         if flag is None:
@@ -766,7 +785,7 @@ class TorchSemantics:
             return self.module_call(m, args, kwargs, st, node)
         return UNKNOWN
 
-    def module_call(self, m: Obj, args, kwargs, st, node, sub=0):
+    def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
         kind = self.module_kind.get(m.id, "opaque")
         info = K.module_info(kind) if kind not in ("local", "opaque") else None
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
@@ -776,7 +795,9 @@ class TorchSemantics:
                 return self.generic_module(m, args, st, node, sub)
             out = x
             for i, layer in enumerate(layers):
-                out = self.call_layer(layer, [out], st, node, sub * 64 + i + 1)
+                first = (node.args[:1] if isinstance(node, ast.Call) else []) if i == 0 and arg_nodes is None else \
+                    (arg_nodes if i == 0 else [])
+                out = self.call_layer(layer, [out], st, node, sub * 64 + i + 1, first)
             return out
         if info is not None and info.op:
             inplace = st.get_attr(m.id, "<inplace>") == const(True)
@@ -797,28 +818,33 @@ class TorchSemantics:
                     bound[p] = pv
                 inputs.append(pv)
                 modules = {m.id}
-            arg_list = [(n, v) for n, v in zip(node.args, args)] if isinstance(node, ast.Call) else []
+            if arg_nodes is None:
+                arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
+            arg_list = list(zip(arg_nodes, args))
             return self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
-        return self.generic_module(m, args, st, node, sub)
+        return self.generic_module(m, args, st, node, sub, arg_nodes)
 
-    def call_layer(self, layer, args, st, node, sub):
+    def call_layer(self, layer, args, st, node, sub, arg_nodes):
+        """One layer of a Sequential: `arg_nodes` name the input only for the first layer."""
         out = EMPTY
         for a in layer:
             if isinstance(a, Obj) and a.kind == "module":
                 if self.obj_class.get(a.id) is not None:
                     out = join(out, self.call_object(a, args, {}, st, node))
                 else:
-                    out = join(out, self.module_call(a, args, {}, st, node, sub))
+                    out = join(out, self.module_call(a, args, {}, st, node, sub, arg_nodes))
             else:
                 out = join(out, self.call_value(frozenset({a}), args, {}, st, node))
         return out if out else UNKNOWN
 
-    def generic_module(self, m, args, st, node, sub=0):
+    def generic_module(self, m, args, st, node, sub=0, arg_nodes=None):
         """A module whose computation is not known: it saves its inputs and its parameters."""
         pv = self.param_value(m, st, subtree=True)
         x = args[0] if args else UNKNOWN
         inputs = [a for a in args if tensor_of(a) is not None] + [pv]
-        arg_list = [(node.args[0], x)] if isinstance(node, ast.Call) and node.args else []
+        if arg_nodes is None:
+            arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
+        arg_list = [(arg_nodes[0], x)] if arg_nodes else []
         return self.op_result(node, K.resolve("F.linear", method=False), {"input": x, "weight": pv, "bias": pv},
                               inputs, st, sub=sub, arg_nodes=arg_list, modules={m.id})
 
@@ -882,8 +908,10 @@ class TorchSemantics:
     def optimizer_step(self, opt, st, node):
         self.note_event("step", node)
         if st.get_attr(opt.id, GRADS) == const(False):
+            self.facts.steps.pop(self.key(node), None)
             return  # no parameter has a grad: step() changes nothing
         objs = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
+        self.facts.steps[self.key(node)] = Step(node, objs)
         self.version_bump(node, objs, st)
 
     def scaler_method(self, scaler, name, args, kwargs, st, node):

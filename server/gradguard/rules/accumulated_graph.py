@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gradguard.facts import Facts
-from gradguard.fixes import fix, prefer
+from gradguard import fixes
 from gradguard.rules.base import Rule
 
 
@@ -81,6 +81,4 @@ for i in range(3):
             value = facts.text(f.node.value)
             message = (f"`{target} += {value}` keeps the graph of every iteration alive (`{target}` is never "
                        f"backpropagated): accumulate `{value}.item()` instead")
-            fixes = prefer([fix(facts, "item", f"Accumulate `{value}.item()`", [f.node.value]),
-                            fix(facts, "detach", f"Accumulate `{value}.detach()`", [f.node.value])])
-            yield self.finding(message, facts.span(f.node), (), fixes)
+            yield self.finding(message, facts.span(f.node), (), fixes.accumulate_item(facts, f.node))

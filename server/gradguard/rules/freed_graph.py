@@ -1,8 +1,9 @@
 """GG001: backward through a graph an earlier backward already freed."""
 from __future__ import annotations
 
+from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.fixes import assigned_before, fix, loop_carried_names, prefer, statement_of
+from gradguard.findings import Related
 from gradguard.rules.base import Rule
 
 
@@ -106,55 +107,22 @@ for step in range(3):
         for b in facts.backwards.values():
             if not b.freed_hit:
                 continue
-            regions = [facts.regions[r] for r in sorted(b.freed_hit, key=lambda r: facts.regions[r].node.lineno)]
-            first = regions[0]
+            first = min((facts.regions[r] for r in b.freed_hit), key=lambda r: (r.node.lineno, r.node.col_offset))
             freeing = sorted({n for r in b.freed_hit for n in facts.freed_by.get(r, ())},
                              key=lambda n: (n.lineno, n.col_offset))
+            others = [n for n in freeing if n is not b.node]
             root = facts.text(b.root) if b.root is not None else "this value"
-            again = b.node in freeing
-            where = "an earlier iteration's backward" if again else \
-                ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in freeing[:2]) or "an earlier backward"
-            made = f"`{facts.text(first.node)}` (line {first.node.lineno})"
-            message = (f"`{root}` is backpropagated through the graph of {made}, "
-                       f"which {where} already freed: this raises 'Trying to backward through the graph a second "
-                       f"time'")
-            related = [(facts.span(n), "the graph is freed here" + (" (previous iteration)" if n is b.node else ""))
-                       for n in freeing[:3] if n is not b.node or again]
-            related.append((facts.span(first.node), f"`{facts.text(first.node)}` is computed here, with a graph"))
-            from gradguard.findings import Related
-            yield self.finding(message, facts.span(b.node), [Related(s, m) for s, m in related],
-                               self.fixes(facts, b, regions, freeing))
-
-    def fixes(self, facts, b, regions, freeing):
-        out = []
-        loop = b.loops[-1] if b.loops else None
-        if loop is not None:
-            outside = [r for r in regions if loop not in r.loops and r.function is b.function]
-            inside_root = any(loop in facts.regions[r].loops for r in b.regions if r in facts.regions)
-            if outside and inside_root:
-                stmts = []
-                for r in outside:
-                    s = statement_of(facts, r.node)
-                    if s not in stmts:
-                        stmts.append(s)
-                out.append(fix(facts, "no_grad", "Compute it under `torch.no_grad()` (no gradient into it)",
-                               stmts[:1]))
-            elif outside:
-                out.append(fix(facts, "move_into_loop", "Recompute it inside the loop",
-                               [statement_of(facts, outside[0].node)]))
-            carried = [c for c in b.carriers if c in loop_carried_names(loop)]
-            for name in carried[:1]:
-                if assigned_before(facts, name, loop):
-                    out.append(fix(facts, "detach_before", f"Detach `{name}` at the start of each iteration",
-                                   [loop.body[0]], name))
-                else:
-                    out.append(fix(facts, "detach_after", f"Detach `{name}` after the backward",
-                                   [statement_of(facts, b.node)], name))
-        firsts = [n for n in freeing if n is not b.node]
-        if firsts:
-            out.append(fix(facts, "retain_graph", f"Keep the graph: `retain_graph=True` on line {firsts[-1].lineno}",
-                           [firsts[-1]]))
-        elif b.node in freeing and not out:
-            out.append(fix(facts, "retain_graph", "Keep the graph: `retain_graph=True` on the first backward",
-                           [b.node]))
-        return prefer(out)
+            made = f"`{facts.text(first.node)}`"
+            if others:
+                by = " and ".join(f"`{facts.text(n)}` on line {n.lineno}" for n in others[:2])
+                cause = f"which {by} already freed"
+            else:
+                cause = "which this backward already freed on the previous iteration"
+            message = (f"`{root}` is backpropagated through the graph of {made} (line {first.node.lineno}), {cause}: "
+                       f"this raises "
+                       f"'Trying to backward through the graph a second time'")
+            related = [Related(facts.span(n), "the graph is freed here") for n in others[:3]]
+            if not others:
+                related.append(Related(facts.span(b.node), "the graph is freed here on the previous iteration"))
+            related.append(Related(facts.span(first.node), f"{made} is computed here, with a graph"))
+            yield self.finding(message, facts.span(b.node), related, fixes.freed_graph(facts, b, freeing))

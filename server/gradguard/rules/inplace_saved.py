@@ -1,9 +1,9 @@
 """GG002: a tensor saved for backward was modified in place before that backward."""
 from __future__ import annotations
 
+from gradguard import fixes
 from gradguard.facts import Facts
 from gradguard.findings import Related
-from gradguard.fixes import fix, prefer, statement_of
 from gradguard.rules.base import Rule
 
 
@@ -92,7 +92,9 @@ opt_d.step()
                 continue
             regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: r.node.lineno)
             first = regions[0]
-            changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())},
+            # an op re-run on a later iteration bumps the storage its own earlier instance saved: not a cause
+            changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())
+                               if n is not facts.regions[r].node},
                               key=lambda n: (n.lineno, n.col_offset))
             saved = ", ".join(sorted(n if n != "result" else "its output" for n in first.saved_names)) or "a tensor"
             what = ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in changers[:2]) or "an in-place op"
@@ -103,17 +105,5 @@ opt_d.step()
                        f"needed for gradient computation has been modified by an inplace operation'")
             related = [Related(facts.span(n), "modified in place here") for n in changers[:3]]
             related.append(Related(facts.span(first.node), f"`{facts.text(first.node)}` saved it here"))
-            fixes = []
-            for n in changers[:1]:
-                stmt = statement_of(facts, n)
-                if _is_step(n):
-                    fixes.append(fix(facts, "move_after", "Run the optimizer step after this backward",
-                                     [stmt, b.node]))
-                else:
-                    fixes.append(fix(facts, "clone", "Modify a copy: `.clone()` before the in-place op", [n]))
-            yield self.finding(message, facts.span(b.node), related, prefer(fixes))
+            yield self.finding(message, facts.span(b.node), related, fixes.inplace_saved(facts, b, changers))
 
-
-def _is_step(node) -> bool:
-    import ast
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gradguard.facts import Facts
-from gradguard.fixes import fix, prefer, statement_of
+from gradguard import fixes
 from gradguard.rules.base import Rule
 
 
@@ -75,6 +75,6 @@ lin.weight[:, 0] -= 0.5  # error
             kind = "a view of a leaf tensor" if f.is_view_of_leaf else "a leaf tensor"
             message = (f"in-place change of `{target}`, {kind} that requires grad, while gradients are recorded: "
                        f"this raises 'a leaf Variable that requires grad is being used in an in-place operation'")
-            stmt = statement_of(facts, f.node)
-            fixes = prefer([fix(facts, "no_grad", "Wrap it in `with torch.no_grad():`", [stmt])])
-            yield self.finding(message, facts.span(stmt if stmt is f.node else f.node), (), fixes)
+            stmt = fixes.statement_of(facts, f.node)
+            yield self.finding(message, facts.span(stmt if stmt is f.node else f.node), (),
+                               fixes.wrap_no_grad(facts, f.node))

@@ -5,7 +5,7 @@ import ast
 
 from gradguard.facts import Facts
 from gradguard.findings import Related
-from gradguard.fixes import fix, prefer
+from gradguard import fixes
 from gradguard.rules.base import Rule
 
 
@@ -75,7 +75,6 @@ for i in range(3):
                 isinstance(f.step.func, ast.Attribute) else "optimizer"
             message = (f"this loop calls backward() and `{facts.text(f.step)}` but never clears gradients: each "
                        f"step adds to the previous ones (call `{opt}.zero_grad()` every iteration)")
-            fixes = prefer([fix(facts, "zero_grad", f"Call `{opt}.zero_grad()` at the start of each iteration",
-                                [f.loop.body[0]], opt)])
-            yield self.finding(message, facts.span(f.step), [Related(facts.span(f.loop), "the loop")], fixes)
+            yield self.finding(message, facts.span(f.step), [Related(facts.span(f.loop), "the loop")],
+                               fixes.zero_grad(facts, f.loop, opt))
 

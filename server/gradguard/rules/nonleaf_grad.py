@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gradguard.facts import Facts
-from gradguard.fixes import fix, prefer, statement_of
+from gradguard import fixes
 from gradguard.rules.base import Rule
 
 
@@ -69,6 +69,4 @@ print(y.grad)  # error
         for f in facts.grad_reads.values():
             name = facts.text(f.node.value)
             message = f"`{name}` is not a leaf tensor: its `.grad` is None unless `{name}.retain_grad()` is called"
-            fixes = prefer([fix(facts, "retain_grad", f"Call `{name}.retain_grad()`",
-                                [statement_of(facts, f.node)], name)])
-            yield self.finding(message, facts.span(f.node), (), fixes)
+            yield self.finding(message, facts.span(f.node), (), fixes.retain_grad(facts, f.node))
