@@ -220,11 +220,9 @@ class Expressions:
         for obj in holders:
             st.set_attr(obj.id, name, v, strong=len(holders) == 1)
             if obj.kind == "module":
-                for m in objs_of(v, "module"):
-                    self.parents.setdefault(m.id, set()).add(obj.id)
                 t = tensor_of(v)
-                if t is not None and t.leaf and t.rg and t.objs and not any(o[0] == "params" for o in t.objs):
-                    # an nn.Parameter assigned to a module: it becomes one of the module's parameters
+                if t is not None and any(o[0] == "param" for o in t.objs):
+                    # an nn.Parameter assigned to a module becomes one of the module's parameters
                     st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True,
                                                                 objs=t.objs | {("params", obj.id)})}))
         t = tensor_of(base)

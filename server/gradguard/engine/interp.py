@@ -23,7 +23,7 @@ from gradguard.engine.exprs import Expressions
 from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Func, Obj, Tup, const, join, map_tensors, objs_of, tensor_of,
+    EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 
@@ -108,7 +108,6 @@ class Interpreter(Expressions, TorchSemantics):
         self.class_nodes: dict = {}  # class object id -> ClassDef
         self.obj_class: dict = {}  # instance object id -> class object id
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
-        self.parents: dict = {}  # module object id -> parent module ids
         self.no_grad_funcs: set = set()
         self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
         self.lines = source.splitlines()
@@ -234,7 +233,6 @@ class Interpreter(Expressions, TorchSemantics):
         return st
 
     def stmt_Import(self, s, st):
-        from gradguard.engine.values import Ref
         for alias in s.names:
             if alias.asname:
                 self.bind(alias.asname, frozenset({Ref(alias.name)}), st)
@@ -244,7 +242,6 @@ class Interpreter(Expressions, TorchSemantics):
         return st
 
     def stmt_ImportFrom(self, s, st):
-        from gradguard.engine.values import Ref
         mod = s.module or ""
         for alias in s.names:
             if alias.name == "*":

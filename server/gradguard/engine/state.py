@@ -97,32 +97,27 @@ def _rewrite(st: State, fn, env_only: bool) -> None:
             st.heap[oid] = new
 
 
+def _mark(st: State, regions: frozenset, flag: str, env_only: bool) -> None:
+    """Add `regions` to the `flag` set ("freed" or "dirty") of every value that carries them."""
+    if not regions:
+        return
+
+    def fn(t: Tensor):
+        hit = t.regions & regions
+        marked = getattr(t, flag)
+        return t if not hit or hit <= marked else replace(t, **{flag: marked | hit})
+
+    _rewrite(st, fn, env_only)
+
+
 def mark_freed(st: State, regions: frozenset, env_only: bool = False) -> None:
     """Backward without retain_graph released the saved tensors of `regions`.
 
     `env_only` is for a caller's locals after a call: the heap was updated during the
     call, in order, and may already hold new instances of the same regions."""
-    if not regions:
-        return
-
-    def fn(t: Tensor):
-        hit = t.regions & regions
-        if not hit or hit <= t.freed:
-            return t
-        return replace(t, freed=t.freed | hit)
-
-    _rewrite(st, fn, env_only)
+    _mark(st, regions, "freed", env_only)
 
 
 def mark_dirty(st: State, regions: frozenset, env_only: bool = False) -> None:
     """An in-place op changed a tensor that `regions` saved for backward."""
-    if not regions:
-        return
-
-    def fn(t: Tensor):
-        hit = t.regions & regions
-        if not hit or hit <= t.dirty:
-            return t
-        return replace(t, dirty=t.dirty | hit)
-
-    _rewrite(st, fn, env_only)
+    _mark(st, regions, "dirty", env_only)

@@ -519,7 +519,8 @@ class TorchSemantics:
             return NONE
         if dotted in K.PARAMETER_CLASSES:
             flag = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else True
-            return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("t",) + self.region_id(node)}))})
+            # ("param", ...): assigned to a module attribute, it joins that module's parameters
+            return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("param",) + self.region_id(node)}))})
         if last == "Variable":
             v = args[0] if args else UNKNOWN
             t = tensor_of(v)
