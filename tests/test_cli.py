@@ -244,14 +244,14 @@ def test_version(tmp_path):
 ])
 def test_engine_failures_are_one_line_and_other_files_go_on(tmp_path, monkeypatch, capsys, failure, code, fragment):
     """In-process, with the engine replaced: no real input is known to crash it or take too long."""
-    real = api.analyze
+    real = api.run
 
-    def analyze(source, **kwargs):
+    def run(source, **kwargs):
         if "explode" in source:
             raise failure
         return real(source, **kwargs)
 
-    monkeypatch.setattr(api, "analyze", analyze)
+    monkeypatch.setattr(api, "run", run)
     write(tmp_path / "a.py", "explode = 1\n")
     write(tmp_path / "b.py", DOUBLE_BACKWARD)
     assert cli.main(["check", "--timeout", "0.5", str(tmp_path)]) == code

@@ -11,10 +11,11 @@ import warnings
 
 from gradguard.engine import binder
 from gradguard.engine.interp import AnalysisTimeout, Interpreter
+from gradguard.facts import Facts
 from gradguard.findings import Finding
 from gradguard.rules import ALL_RULES
 
-__all__ = ["AnalysisTimeout", "analyze", "parse"]
+__all__ = ["AnalysisTimeout", "analyze", "parse", "run"]
 
 
 def parse(source: str, path: str = "<string>") -> ast.Module:
@@ -28,9 +29,15 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
 
     Raises SyntaxError if the text does not parse and AnalysisTimeout past `deadline`
     (a `time.monotonic()` value)."""
+    return run(source, path=path, deadline=deadline)[0]
+
+
+def run(source: str, *, path: str = "<string>", deadline: float | None = None) -> tuple[list[Finding], Facts | None]:
+    """Findings and the facts behind them (the language server's hover reads the facts);
+    facts are None for a file with nothing to analyse."""
     tree = parse(source, path)
     if not binder.worth_analysing(source):
-        return []
+        return [], None
     try:
         facts = Interpreter(source, tree, deadline).run()
     except RecursionError:
@@ -39,4 +46,4 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
     for rule_cls in ALL_RULES:
         for f in rule_cls().check(facts):
             findings.setdefault((f.span, f.code), f)
-    return sorted(findings.values(), key=lambda f: (f.span.line, f.span.column, f.code))
+    return sorted(findings.values(), key=lambda f: (f.span.line, f.span.column, f.code)), facts

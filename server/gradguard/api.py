@@ -23,8 +23,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradguard.analysis import AnalysisTimeout, analyze
+from gradguard.analysis import AnalysisTimeout, run
 from gradguard.config import Config
+from gradguard.facts import Facts
 from gradguard.findings import FileResult
 from gradguard.suppress import is_suppressed, noqa_map
 
@@ -43,6 +44,7 @@ class Checked(FileResult):
 
     internal: bool = False  # `error` is a bug in GradGuard, not a problem of the file
     cells: tuple[tuple[int, int], ...] = ()  # notebook: (first line in the joined text, cell number)
+    facts: Facts | None = None  # what the findings rest on (the language server's hover reads it)
 
     def locate(self, line: int) -> tuple[int | None, int]:
         """(cell number, line in the cell) of a line of the analysed text; no cell for a .py file."""
@@ -66,7 +68,7 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         result.error = f"{path}: syntax error: source contains a null byte"
         return result
     try:
-        findings = analyze(text, path=path, deadline=time.monotonic() + config.timeout)
+        findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout)
     except SyntaxError as exc:
         result.error = f"{result.where(exc.lineno or 1, exc.offset or 1)}: syntax error: {_one_line(exc.msg)}"
     except AnalysisTimeout:
@@ -124,13 +126,21 @@ def notebook_source(data: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
         _get(notebook, "metadata", "language_info", "name") or "python"
     if str(language).lower() != "python":
         return "", ()
-    lines: list[str] = []
-    starts = []
+    code = []
     for number, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        text = "".join(source) if isinstance(source, list) else str(source)
+        code.append((number, "".join(source) if isinstance(source, list) else str(source)))
+    return join_cells(code)
+
+
+def join_cells(cells: Iterable[tuple[int, str]]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """Code cells `(number, text)` as one module, and where each cell starts in it (the
+    language server joins the cells an editor sends the same way)."""
+    lines: list[str] = []
+    starts = []
+    for number, text in cells:
         cell_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         if cell_lines[-1] == "":
             cell_lines.pop()

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     rule = commands.add_parser("rule", help="show the documentation of one rule")
     rule.add_argument("code", metavar="CODE")
     rule.set_defaults(run=run_rule)
+
+    lsp = commands.add_parser("lsp", help="run the language server on stdin/stdout")
+    lsp.set_defaults(run=run_lsp)
     return parser
 
 
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("gradguard: error: a command is required: check, rules or rule (see --help)")
+            raise UsageError("gradguard: error: a command is required: check, rules, rule or lsp (see --help)")
         return args.run(args)
     except UsageError as exc:
         print(exc, file=sys.stderr)
@@ -73,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 2
+
+
+def run_lsp(args: argparse.Namespace) -> int:
+    from gradguard.lsp.server import main as serve  # pygls and lsprotocol load only for the server
+
+    return serve()
 
 
 def run_check(args: argparse.Namespace) -> int:

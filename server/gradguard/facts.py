@@ -107,6 +107,7 @@ class Facts:
     backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
     steps: dict = field(default_factory=dict)  # key -> Step
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
+    values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover
 
     @cached_property
     def parents(self) -> dict:

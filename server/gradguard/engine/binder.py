@@ -13,13 +13,19 @@ import ast
 import re
 from dataclasses import dataclass
 
-# A backward, an in-place op on a tensor, or a gradient read.
-SINK = re.compile(r"\.backward\s*\(|autograd\s*\.\s*(?:grad|backward)\s*\(|manual_backward\s*\(|\.grad\b"
-                  r"|\.step\s*\(|[A-Za-z0-9]_\s*\(|\]\s*[-+*/]?=[^=]|[-+*/]=")
-# Something that can require grad: parameters, requires_grad, modules.
-SOURCE = re.compile(r"requires_grad|Parameter\s*\(|parameters\s*\(|\.weight\b|\.bias\b|\bnn\.|torch\.nn"
-                    r"|Module\b|\bforward\s*\(")
+# A backward or a gradient read: GG001, GG002, GG004 and the advisory rules need one.
 BACKWARD = re.compile(r"\.backward\s*\(|autograd\s*\.\s*(?:grad|backward)\s*\(|manual_backward\s*\(|\.grad\b")
+# An in-place op (`+=`, `x[i] = ...`, `x.add_(...)`): with something that requires grad, GG003 needs one.
+INPLACE = re.compile(r"[A-Za-z0-9]_\s*\(|\]\s*[-+*/]?=[^=]|[-+*/]=")
+# Something that requires grad without a backward in sight: parameters, requires_grad.
+SOURCE = re.compile(r"requires_grad|Parameter\s*\(|parameters\s*\(|\.weight\b|\.bias\b")
+
+
+def has_sink(text: str) -> bool:
+    """Whether any rule can fire in this text: a backward, or an in-place op next to
+    something that requires grad."""
+    return BACKWARD.search(text) is not None or (
+        INPLACE.search(text) is not None and SOURCE.search(text) is not None)
 
 
 def module_like(source: str, methods) -> frozenset:
@@ -29,9 +35,8 @@ def module_like(source: str, methods) -> frozenset:
 
 
 def worth_analysing(source: str) -> bool:
-    """False when no rule can fire: no torch, or no sink, or nothing that requires grad."""
-    return "torch" in source and SINK.search(source) is not None and (
-        SOURCE.search(source) is not None or BACKWARD.search(source) is not None)
+    """False when no rule can fire: no torch, or no sink."""
+    return "torch" in source and has_sink(source)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,5 @@ def functions(tree: ast.Module) -> list[FunctionSite]:
     return out
 
 
-def has_sink(lines: list[str], node: ast.AST) -> bool:
-    text = "\n".join(lines[node.lineno - 1: getattr(node, "end_lineno", node.lineno)])
-    return SINK.search(text) is not None
+def function_has_sink(lines: list[str], node: ast.AST) -> bool:
+    return has_sink("\n".join(lines[node.lineno - 1: getattr(node, "end_lineno", node.lineno)]))

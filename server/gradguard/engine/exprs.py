@@ -45,7 +45,14 @@ class Expressions:
         return UNKNOWN
 
     def expr_Name(self, node, st):
-        return self.lookup(node.id, st)
+        return self.seen(node, self.lookup(node.id, st))
+
+    def seen(self, node, v):
+        """Remember a name's tensor value for hover."""
+        t = tensor_of(v)
+        if t is not None:
+            self.facts.values[id(node)] = t
+        return v
 
     def expr_NamedExpr(self, node, st):
         v = self.eval(node.value, st)
@@ -54,7 +61,7 @@ class Expressions:
 
     def expr_Attribute(self, node, st):
         base = self.eval(node.value, st)
-        return self.attribute(base, node.attr, st, node)
+        return self.seen(node, self.attribute(base, node.attr, st, node))
 
     def expr_Subscript(self, node, st):
         base = self.eval(node.value, st)
@@ -194,6 +201,7 @@ class Expressions:
     # ----------------------------------------------------------------- assignment
     def assign(self, target, v, st: State, stmt, local=False):
         if isinstance(target, ast.Name):
+            self.seen(target, v)
             if local:
                 st.env[target.id] = v
             else:

@@ -132,7 +132,7 @@ class Interpreter(Expressions, TorchSemantics):
         instances: dict = {}
         for site in self.sites:
             node, owner = site.node, site.owner
-            if node in self.analysed_funcs or not binder.has_sink(self.lines, node):
+            if node in self.analysed_funcs or not binder.function_has_sink(self.lines, node):
                 continue
             self_value = UNKNOWN
             if owner is not None:

@@ -1,0 +1,1 @@
+"""The language server: LSP over the analysis library (see server.py)."""

@@ -1,0 +1,60 @@
+"""Findings to LSP types and back: ranges in the client's position encoding, severities,
+and the JSON a diagnostic carries in `data` so code actions need no second analysis."""
+from __future__ import annotations
+
+from lsprotocol import types
+from pygls.workspace.position_codec import PositionCodec, ServerTextPosition, ServerTextRange
+
+from gradguard.findings import Edit, Finding, Fix, Span
+from gradguard.rules import rule_by_code
+
+SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
+            "info": types.DiagnosticSeverity.Information, "hint": types.DiagnosticSeverity.Hint}
+
+
+def to_range(codec: PositionCodec, lines: list[str], span: Span) -> types.Range:
+    """A span (1-based lines, character columns) as a range in the client's units (UTF-16 by default)."""
+    server = ServerTextRange(ServerTextPosition(span.line - 1, span.column),
+                             ServerTextPosition(span.end_line - 1, span.end_column))
+    return codec.range_to_client_units(lines, server)
+
+
+def to_span(codec: PositionCodec, lines: list[str], rng: types.Range) -> Span:
+    server = codec.range_from_client_units(lines, rng)
+    return Span(server.start.line + 1, server.start.character, server.end.line + 1, server.end.character)
+
+
+def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionCodec, lines: list[str],
+               span_of=lambda span: span) -> types.Diagnostic:
+    """`span_of` maps a span of the analysed text to the document's (notebook cells)."""
+    rule = rule_by_code(finding.code)
+    related = [types.DiagnosticRelatedInformation(
+        location=types.Location(uri=uri, range=to_range(codec, lines, span_of(r.span))), message=r.message)
+        for r in finding.related]
+    return types.Diagnostic(
+        range=to_range(codec, lines, span_of(finding.span)),
+        message=finding.message,
+        severity=SEVERITY.get(finding.severity, types.DiagnosticSeverity.Warning),
+        code=finding.code,
+        code_description=types.CodeDescription(href=rule.url()) if rule else None,
+        source="gradguard",
+        related_information=related or None,
+        data={"version": version, "name": finding.name,
+              "fixes": [fix_to_json(f, span_of) for f in finding.fixes]},
+    )
+
+
+def fix_to_json(fix: Fix, span_of=lambda span: span) -> dict:
+    return {"title": fix.title, "preferred": fix.preferred,
+            "edits": [{"kind": e.kind, "span": _span_json(span_of(e.span)), "name": e.name,
+                       "target": _span_json(span_of(e.target)) if e.target else None} for e in fix.edits]}
+
+
+def fix_from_json(data: dict) -> Fix:
+    edits = tuple(Edit(e["kind"], Span(*e["span"]), e.get("name", ""),
+                       Span(*e["target"]) if e.get("target") else None) for e in data["edits"])
+    return Fix(data["title"], edits, bool(data.get("preferred")))
+
+
+def _span_json(span: Span) -> list[int]:
+    return [span.line, span.column, span.end_line, span.end_column]

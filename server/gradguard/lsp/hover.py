@@ -1,0 +1,119 @@
+"""Hover text: what will happen at run time, in this program's own terms.
+
+On a flagged range: the finding, why it fails (the rule's own explanation), the places
+that cause it, and each fix with its trade-off.  On a `backward()` call: which graph it
+runs through and what it frees.  On a tensor-valued name: whether it requires grad, which
+graph it carries, and whether an earlier backward freed or an in-place op changed it.
+"""
+from __future__ import annotations
+
+import ast
+
+from gradguard.facts import Facts
+from gradguard.findings import Finding, Span
+from gradguard.rules import rule_by_code
+
+TRADE_OFFS = {
+    "detach": "gradients stop at that point: nothing before it is trained by this loss",
+    "detach_before": "the value keeps its data but not its history: no gradient flows into earlier iterations",
+    "detach_after": "the value keeps its data but not its history: no gradient flows into earlier iterations",
+    "no_grad": "the value is computed without a graph: the modules that compute it get no gradient from it",
+    "retain_graph": "the graph stays in memory and is backpropagated again: gradients into the shared part "
+                    "add up, and a weight changed in place since (an optimizer step) still breaks it",
+    "move_into_loop": "recomputed every iteration: more compute, but each backward gets a fresh graph",
+    "move_after": "the parameters change only after every backward that needs them has run",
+    "out_of_place": "a new tensor instead of overwriting the saved one: a little more memory",
+    "clone_before": "the in-place change goes to a copy: a little more memory",
+    "item": "a Python number: no graph is kept alive",
+    "retain_grad": "autograd keeps this non-leaf's gradient: a little more memory",
+    "zero_grad": "each step uses only this iteration's gradients",
+}
+
+
+def contains(span: Span, line: int, column: int) -> bool:
+    """Whether the 1-based line / character column lies within the span (end inclusive)."""
+    return (span.line, span.column) <= (line, column) <= (span.end_line, span.end_column)
+
+
+def finding_markdown(f: Finding) -> str:
+    rule = rule_by_code(f.code)
+    parts = [f"**{f.code} {f.name}** ({f.severity})", f.message]
+    why = _section(rule.__doc__ or "", "Why is this bad?") if rule else ""
+    if why:
+        parts.append(f"**What happens at run time.** {why}")
+    if f.related:
+        parts.append("**Where it comes from**\n" + "\n".join(f"- line {r.span.line}: {r.message}" for r in f.related))
+    if f.fixes:
+        lines = []
+        for fix in f.fixes:
+            trade = "; ".join(dict.fromkeys(TRADE_OFFS[e.kind] for e in fix.edits if e.kind in TRADE_OFFS))
+            mark = " *(preferred for this data flow)*" if fix.preferred else ""
+            lines.append(f"- {fix.title}{mark}" + (f" — {trade}" if trade else ""))
+        parts.append("**Fixes**\n" + "\n".join(lines))
+    if rule:
+        parts.append(f"[{f.code} documentation]({rule.url()})")
+    return "\n\n".join(parts)
+
+
+def _section(doc: str, title: str) -> str:
+    import inspect
+    text = inspect.cleandoc(doc)
+    marker = f"## {title}"
+    if marker not in text:
+        return ""
+    body = text.split(marker, 1)[1].split("\n## ", 1)[0]
+    return " ".join(body.split())
+
+
+def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
+    """Hover for an unflagged position: a backward call, or a name holding a tensor."""
+    for b in facts.backwards.values():
+        if contains(facts.span(b.node), line, column):
+            return _backward_markdown(facts, b)
+    best = None
+    for node in ast.walk(facts.tree):
+        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) in facts.values \
+                and contains(facts.span(node), line, column):
+            if best is None or facts.span(node).column >= facts.span(best).column:
+                best = node
+    return _value_markdown(facts, best) if best is not None else None
+
+
+def _regions_text(facts: Facts, regions, limit: int = 3) -> str:
+    saving = sorted((facts.regions[r] for r in regions if r in facts.regions and facts.regions[r].saves),
+                    key=lambda r: (r.node.lineno, r.node.col_offset))
+    shown = ", ".join(f"`{facts.text(r.node, 40)}` (line {r.node.lineno})" for r in saving[:limit])
+    more = f" and {len(saving) - limit} more" if len(saving) > limit else ""
+    return shown + more
+
+
+def _backward_markdown(facts: Facts, b) -> str:
+    root = facts.text(b.root) if b.root is not None else "this value"
+    graph = _regions_text(facts, b.regions)
+    parts = [f"**backward** of `{root}`"]
+    if b.no_grad_fn:
+        parts.append("It has no graph: nothing on its path requires grad.")
+    elif graph:
+        parts.append(f"Runs through the saved tensors of {graph}.")
+    if b.retain is True:
+        parts.append("Keeps the graph (`retain_graph=True`): it can be backpropagated again.")
+    elif b.retain is False:
+        parts.append("Frees those saved tensors: a later backward through the same ops fails unless they are "
+                     "computed again.")
+    return "\n\n".join(parts)
+
+
+def _value_markdown(facts: Facts, node) -> str:
+    t = facts.values[id(node)]
+    name = facts.text(node)
+    grad = {True: "requires grad", False: "does not require grad", None: "may require grad"}[t.rg]
+    kind = "a leaf" if t.leaf is True else ("the result of an operation" if t.leaf is False else "a tensor")
+    parts = [f"`{name}`: tensor, {kind}, {grad}"]
+    graph = _regions_text(facts, t.regions)
+    if graph:
+        parts.append(f"Carries the graph of {graph}.")
+    if t.freed & t.regions:
+        parts.append(f"Freed by an earlier backward: {_regions_text(facts, t.freed)}.")
+    if t.dirty & t.regions:
+        parts.append(f"Saved tensors changed in place since: {_regions_text(facts, t.dirty)}.")
+    return "\n\n".join(parts)

@@ -1,0 +1,231 @@
+"""`gradguard lsp`: the language server, a thin layer over the analysis library.
+
+It keeps no analysis logic of its own: documents go to `gradguard.api.check_source`
+(through `documents.Analyses`, which debounces and drops stale results), findings become
+diagnostics (`convert`), fixes become code actions (`actions`), and hovers read the
+findings and facts (`hover`).  It never imports or runs the user's code and does not need
+torch.
+"""
+from __future__ import annotations
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from gradguard import __version__
+from gradguard.api import Checked
+from gradguard.lsp import actions, hover, notebooks
+from gradguard.lsp.convert import diagnostic
+from gradguard.lsp.documents import Analyses
+
+PULL = types.DiagnosticOptions(identifier="gradguard", inter_file_dependencies=False, workspace_diagnostics=False)
+
+
+class GradGuardServer(LanguageServer):
+    def __init__(self):
+        super().__init__(
+            "gradguard", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=types.NotebookDocumentSyncOptions(notebook_selector=[
+                types.NotebookDocumentFilterWithCells(
+                    notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])]))
+        self.analyses = Analyses()
+        self.pull = False  # the client asks for diagnostics (textDocument/diagnostic) instead of receiving them
+        self.resolvable = False  # the client resolves code actions' edits lazily
+
+    # ------------------------------------------------------------------ helpers
+    def log(self, message: str, kind=types.MessageType.Log) -> None:
+        self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def analyse(self, uri: str) -> None:
+        """Schedule an analysis of a text document, or of the notebook a cell belongs to."""
+        notebook = self.workspace.get_notebook_document(cell_uri=uri)
+        if notebook is not None:
+            text, starts, uris = notebooks.joined(self.workspace, notebook)
+            self.analyses.schedule(notebook.uri, notebook.version, text, _path(notebook.uri),
+                                   lambda _uri, _version, checked, _problem: self.done_notebook(uris, checked),
+                                   cells=starts)
+            return
+        doc = self.workspace.get_text_document(uri)
+        self.analyses.schedule(uri, doc.version, doc.source, _path(uri), self.done)
+
+    def done(self, uri: str, version, checked: Checked, problem: str | None) -> None:
+        if problem:
+            self.log(f"gradguard: configuration ignored: {problem}", types.MessageType.Warning)
+        if checked.error:
+            # Half-typed code: keep what the editor shows and say why in the log, not on screen.
+            self.log(f"gradguard: {checked.error}")
+            return
+        if not self.pull:
+            self.publish(uri, version)
+
+    def done_notebook(self, uris: list[str], checked: Checked) -> None:
+        if checked.error:
+            self.log(f"gradguard: {checked.error}")
+            return
+        for cell_uri, items in notebooks.diagnostics(self.workspace, checked, uris).items():
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=items))
+
+    def diagnostics(self, uri: str) -> list[types.Diagnostic]:
+        state = self.analyses.docs.get(uri)
+        good = state.good if state else None
+        if good is None:
+            return []
+        doc = self.workspace.get_text_document(uri)
+        lines = good.text.splitlines(keepends=True)
+        return [diagnostic(f, uri, good.version, doc.position_codec, lines) for f in good.checked.findings]
+
+    def publish(self, uri: str, version) -> None:
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=uri, version=version, diagnostics=self.diagnostics(uri)))
+
+    def reanalyse_all(self) -> None:
+        for uri in list(self.analyses.docs):
+            if uri in self.workspace.text_documents:
+                self.analyse(uri)
+        if self.pull and _refresh_supported(self.client_capabilities):
+            self.workspace_diagnostic_refresh(None)
+
+
+server = GradGuardServer()
+
+
+def _path(uri: str) -> str | None:
+    try:
+        return to_fs_path(uri) if uri.startswith("file:") else None
+    except Exception:  # an odd URI is no reason to fail: the file is analysed without a pyproject
+        return None
+
+
+def _refresh_supported(caps: types.ClientCapabilities) -> bool:
+    ws = caps.workspace
+    return bool(ws and ws.diagnostics and ws.diagnostics.refresh_support)
+
+
+def _settings(options) -> dict:
+    """Settings sent as `{"gradguard": {...}}`, `{"settings": {...}}` or flat."""
+    if not isinstance(options, dict):
+        return {}
+    for key in ("gradguard", "settings"):
+        if isinstance(options.get(key), dict):
+            return _settings(options[key]) if key == "settings" and "gradguard" in options[key] else options[key]
+    return {k: v for k, v in options.items() if k in ("enable", "enabled", "select", "ignore", "severity", "timeout")}
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: GradGuardServer, params: types.InitializeParams):
+    caps = params.capabilities
+    ls.pull = bool(caps.text_document and caps.text_document.diagnostic)
+    resolve = caps.text_document and caps.text_document.code_action and \
+        caps.text_document.code_action.resolve_support
+    ls.resolvable = bool(resolve and "edit" in resolve.properties)
+    ls.analyses.settings = _normalise(_settings(params.initialization_options))
+
+
+def _normalise(settings: dict) -> dict:
+    out = dict(settings)
+    if "enable" in out:
+        out["enabled"] = out.pop("enable")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: GradGuardServer, params: types.DidOpenTextDocumentParams):
+    ls.analyse(params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: GradGuardServer, params: types.DidChangeTextDocumentParams):
+    ls.analyse(params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: GradGuardServer, params: types.DidSaveTextDocumentParams):
+    return None
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: GradGuardServer, params: types.DidCloseTextDocumentParams):
+    uri = params.text_document.uri
+    ls.analyses.close(uri)
+    if not ls.pull:
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+def notebook_open(ls: GradGuardServer, params: types.DidOpenNotebookDocumentParams):
+    for cell in params.cell_text_documents:
+        ls.analyse(cell.uri)
+        break
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def notebook_change(ls: GradGuardServer, params: types.DidChangeNotebookDocumentParams):
+    notebook = ls.workspace.get_notebook_document(notebook_uri=params.notebook_document.uri)
+    if notebook is not None and notebook.cells:
+        ls.analyse(notebook.cells[0].document)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def notebook_close(ls: GradGuardServer, params: types.DidCloseNotebookDocumentParams):
+    ls.analyses.close(params.notebook_document.uri)
+    for cell in params.cell_text_documents:
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
+
+
+@server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, PULL)
+async def pull_diagnostics(ls: GradGuardServer, params: types.DocumentDiagnosticParams):
+    uri = params.text_document.uri
+    if uri not in ls.analyses.docs:
+        ls.analyse(uri)
+    good = await ls.analyses.settled(uri)
+    doc = ls.workspace.get_text_document(uri)
+    if good is not None and good.version != doc.version and params.previous_result_id == good.result_id:
+        return types.RelatedUnchangedDocumentDiagnosticReport(result_id=good.result_id)
+    if good is None or good.version != doc.version:
+        return types.RelatedFullDocumentDiagnosticReport(items=[])  # the text no longer parses
+    return types.RelatedFullDocumentDiagnosticReport(items=ls.diagnostics(uri), result_id=good.result_id)
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: GradGuardServer, params: types.DidChangeConfigurationParams):
+    ls.analyses.settings = _normalise(_settings(params.settings))
+    ls.reanalyse_all()
+
+
+@server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+    code_action_kinds=[types.CodeActionKind.QuickFix], resolve_provider=True))
+def code_action(ls: GradGuardServer, params: types.CodeActionParams):
+    doc = ls.workspace.get_text_document(params.text_document.uri)
+    return actions.code_actions(doc, params, ls.resolvable)
+
+
+@server.feature(types.CODE_ACTION_RESOLVE)
+def code_action_resolve(ls: GradGuardServer, action: types.CodeAction):
+    data = action.data if isinstance(action.data, dict) else {}
+    if "uri" not in data:
+        return action
+    return actions.resolve(ls.workspace.get_text_document(data["uri"]), action)
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+async def on_hover(ls: GradGuardServer, params: types.HoverParams):
+    uri = params.text_document.uri
+    good = await ls.analyses.settled(uri)
+    doc = ls.workspace.get_text_document(uri)
+    if good is None or good.version != doc.version:
+        return None
+    pos = doc.position_codec.position_from_client_units(doc.lines, params.position)
+    line, column = pos.line + 1, pos.character
+    text = next((hover.finding_markdown(f) for f in good.checked.findings
+                 if hover.contains(f.span, line, column)), None)
+    if text is None and good.checked.facts is not None:
+        text = hover.facts_markdown(good.checked.facts, line, column)
+    if text is None:
+        return None
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
+
+
+def main() -> int:
+    server.start_io()
+    return 0
+
