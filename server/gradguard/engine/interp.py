@@ -115,6 +115,9 @@ class Interpreter(Expressions, TorchSemantics):
         self.owner_of = {f.node: f.owner for f in self.sites}
         self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
         self.module_like = binder.module_like(source, K.MODULE_METHODS)
+        # In a function no module-level code called, the caller's grad mode is unknown (EMA and
+        # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
+        self.caller_unknown = False
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -130,6 +133,7 @@ class Interpreter(Expressions, TorchSemantics):
         """Functions no module-level code called and whose text has a sink: analyse them with
         unknown arguments (methods with `self` an instance made by running `__init__`)."""
         instances: dict = {}
+        self.caller_unknown = True
         for site in self.sites:
             node, owner = site.node, site.owner
             if node in self.analysed_funcs or not binder.function_has_sink(self.lines, node):

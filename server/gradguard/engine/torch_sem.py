@@ -208,7 +208,7 @@ class TorchSemantics:
         if t is None:
             return target_val
         leaf = t.leaf is True and t.rg is True
-        if (leaf or t.view_of_leaf) and st.grad is True:
+        if (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
             self.facts.inplaces[self.key(node)] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
                                                           t.objs, self.loops_here(), self.current_function())
         else:
@@ -358,11 +358,15 @@ class TorchSemantics:
             flag = self.truth_of(v)
             new = frozenset({replace(t, rg=flag if flag is not None else None)})
             self.rebind(target.value, new, st)
-            for o in t.objs:
-                if o[0] == "params":
-                    st.set_attr(o[1], "<rg>", const(flag) if flag is not None else UNKNOWN)
+            self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
         elif name == "grad":
             self.note_event("zero_grad", target)
+
+    def set_parameters_rg(self, t: Tensor, flag, st) -> None:
+        """A parameter's requires_grad changed: so did its module's (they share one flag here)."""
+        for o in t.objs:
+            if o[0] == "params":
+                st.set_attr(o[1], "<rg>", flag)
 
     def tensor_method(self, v, name, args, kwargs, st, node):
         t = tensor_of(v)
@@ -376,14 +380,17 @@ class TorchSemantics:
             return self.fresh_tensor(node, st, rg=rg)
         if name in K.DETACH_METHODS:
             new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs)})
-            if name == "detach_" and recv is not None:
-                self.rebind(recv, new, st)
+            if name == "detach_":
+                if recv is not None:
+                    self.rebind(recv, new, st)
+                self.set_parameters_rg(t, const(False), st)  # `for p in ema.parameters(): p.detach_()`
             return new
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else self.truth_of(kwargs.get("requires_grad", const(True)))
             new = frozenset({replace(t, rg=flag)})
             if recv is not None:
                 self.rebind(recv, new, st)
+            self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
             return new
         if name == "retain_grad":
             if recv is not None:
