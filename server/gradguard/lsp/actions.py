@@ -11,7 +11,6 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition
 
-from gradguard import edits
 from gradguard.lsp.convert import fix_from_json, to_range
 from gradguard.suppress import noqa_edit
 
@@ -43,6 +42,8 @@ def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:
     data = action.data if isinstance(action.data, dict) else {}
     if "fix" not in data or (data.get("version") is not None and data["version"] != doc.version):
         return action
+    from gradguard import edits  # libcst loads on the first resolve, not at start-up
+
     source = doc.source
     reps = edits.replacements(source, fix_from_json(data["fix"]))
     if not reps:

@@ -1,0 +1,707 @@
+"""A `Fix` as text replacements, made with libcst on the smallest piece of source.
+
+libcst keeps every byte it is not asked to change, but parsing a whole 2,000-line module
+with it takes ~0.4 s (over 1 s with positions): too slow for a code action.  So the
+stdlib `ast` (fast) finds the node an edit's span names, and libcst parses only the
+smallest run of whole lines the change needs — the expression, the statement, its `;`
+line, or the compound statement whose one-line body must be split — and the result is
+spliced back.  An indented piece is parsed under an `if True:` header at its own
+indentation rather than dedented, so string literals spanning lines keep their text.
+Replacements are trimmed to the lines that really change, and the edited file must parse
+(`ast`) or nothing is offered: the server shows no fix rather than a broken one.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from gradguard.findings import Edit, Fix, Span
+
+__all__ = ["Replacement", "apply", "replacements"]
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # where the tokenizer ends lines (str.splitlines also splits on \f, \x1c, ...)
+# In-place Tensor methods whose name without `_` is no Tensor method (checked against torch 2.13).
+_NO_OUT_OF_PLACE = frozenset(
+    "apply_ cauchy_ copy_ exponential_ fill_ fill_diagonal_ geometric_ log_normal_ map2_ map_ normal_ random_ "
+    "requires_grad_ resize_as_sparse_ set_ share_memory_ sparse_resize_ sparse_resize_and_clear_ uniform_ zero_".split())
+_PREC = {ast.BitOr: 1, ast.BitXor: 2, ast.BitAnd: 3, ast.LShift: 4, ast.RShift: 4, ast.Add: 5, ast.Sub: 5,
+         ast.Mult: 6, ast.MatMult: 6, ast.Div: 6, ast.FloorDiv: 6, ast.Mod: 6, ast.Pow: 8}
+_ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.List, cst.ListComp, cst.Dict, cst.DictComp,
+          cst.Set, cst.SetComp, cst.SimpleString, cst.FormattedString)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    span: Span  # 1-based lines, 0-based character columns, end exclusive
+    text: str
+
+
+def replacements(source: str, fix: Fix) -> list[Replacement]:
+    """Non-overlapping replacements that make the fix, in source order; [] if the fix
+    cannot be made safely (then the server offers nothing rather than a broken edit)."""
+    try:
+        doc = _doc(source)
+        reps: list[Replacement] = []
+        wraps = [e for e in fix.edits if e.kind == "no_grad"]
+        if wraps:
+            reps += _no_grad(doc, wraps) or [None]
+        for e in fix.edits:
+            if e.kind != "no_grad":
+                handler = _HANDLERS.get(e.kind)
+                reps += (handler(doc, e) if handler else None) or [None]
+        if not reps or None in reps:
+            return []
+        reps = _merged(reps)
+        if reps:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ast.parse(apply(source, reps))
+        return reps or []
+    except Exception:  # odd input (or a libcst/ast limit): offer nothing
+        return []
+
+
+def apply(source: str, reps: list[Replacement]) -> str:
+    """The source with the replacements made."""
+    starts = [0, 0]  # starts[n]: offset of line n; one past the last line is the end of the text
+    for line in _split(source):
+        starts.append(starts[-1] + len(line))
+
+    def offset(line: int, col: int) -> int:
+        return starts[line] + col if line < len(starts) else len(source)
+
+    out = source
+    for r in sorted(reps, key=lambda r: (r.span.line, r.span.column), reverse=True):
+        out = out[:offset(r.span.line, r.span.column)] + r.text + out[offset(r.span.end_line, r.span.end_column):]
+    return out
+
+
+# ----------------------------------------------------------------- the source, as ast sees it
+def _split(text: str) -> list[str]:
+    out, pos = [], 0
+    for m in _NEWLINE.finditer(text):
+        out.append(text[pos:m.end()])
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
+
+
+class _Doc:
+    """A source's lines (split where the tokenizer splits them) and its `ast` tree."""
+
+    def __init__(self, source: str):
+        self.lines = _split(source)
+        m = _NEWLINE.search(source)
+        self.newline = m.group() if m else "\n"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.tree = ast.parse(source)
+        self._unit: str | None = None
+
+    def text(self, n: int) -> str:
+        return self.lines[n - 1].rstrip("\r\n") if 0 < n <= len(self.lines) else ""
+
+    def eol(self, n: int) -> str:
+        return self.lines[n - 1][len(self.text(n)):] if 0 < n <= len(self.lines) else ""
+
+    def indent(self, n: int) -> str:
+        t = self.text(n)
+        return t[:len(t) - len(t.lstrip(" \t"))]
+
+    def col(self, n: int, byte_col: int) -> int:
+        t = self.text(n)
+        return byte_col if t.isascii() else len(t.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def span(self, node) -> tuple:
+        return (node.lineno, self.col(node.lineno, node.col_offset),
+                node.end_lineno, self.col(node.end_lineno, node.end_col_offset))
+
+    def segment(self, sp: Span) -> str:
+        if sp.line == sp.end_line:
+            return self.text(sp.line)[sp.column:sp.end_column]
+        return "".join([self.lines[sp.line - 1][sp.column:], *self.lines[sp.line:sp.end_line - 1],
+                        self.text(sp.end_line)[:sp.end_column]])
+
+    @property
+    def unit(self) -> str:
+        """The file's indentation step, from its first indented block (4 spaces if none)."""
+        if self._unit is None:
+            self._unit = "    "
+            todo = deque(self.tree.body)
+            while todo:
+                node = todo.popleft()
+                body = getattr(node, "body", None)
+                if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                    continue
+                outer, inner = self.indent(_start(node)), self.indent(body[0].lineno)
+                if body[0].lineno > node.lineno and inner.startswith(outer) and len(inner) > len(outer) \
+                        and len(inner) == len(self.text(body[0].lineno)[:self.col(body[0].lineno, body[0].col_offset)]):
+                    self._unit = inner[len(outer):]
+                    break
+                todo.extend(s for f in ("body", "orelse", "finalbody") for s in getattr(node, f, ()) or ())
+        return self._unit
+
+
+@lru_cache(maxsize=8)
+def _doc(source: str) -> _Doc:
+    return _Doc(source)  # a code action asks for every fix of a finding: parse once
+
+
+def _path(doc: _Doc, sp: Span, kinds) -> list | None:
+    """The nodes from the module down to the `kinds` node whose span is exactly `sp`."""
+    key = (sp.line, sp.column, sp.end_line, sp.end_column)
+    path = [doc.tree]
+
+    def visit(node) -> bool:
+        for child in ast.iter_child_nodes(node):
+            if getattr(child, "end_lineno", None) is not None:
+                s = doc.span(child)
+                if s[:2] > key[:2] or s[2:] < key[2:]:
+                    continue
+                path.append(child)
+                if s == key and isinstance(child, kinds):
+                    return True
+            else:
+                path.append(child)
+            if visit(child):
+                return True
+            path.pop()
+        return False
+
+    return path if visit(doc.tree) else None
+
+
+# ----------------------------------------------------------------- statements and the lines they own
+def _start(node) -> int:
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+
+
+def _compound(node) -> bool:
+    return hasattr(node, "body") or hasattr(node, "cases")
+
+
+def _is_elif(doc: _Doc, parent, node) -> bool:
+    return (isinstance(parent, ast.If) and len(parent.orelse) == 1 and parent.orelse[0] is node
+            and doc.text(node.lineno)[doc.col(node.lineno, node.col_offset):].startswith("elif"))
+
+
+def _line_starts_with(doc: _Doc, node) -> bool:
+    """Only indentation precedes the statement on its first line (no header, no `;`)."""
+    first = _start(node)
+    if first > 1 and doc.text(first - 1).endswith("\\"):
+        return False
+    if first != node.lineno:
+        return doc.text(first).lstrip().startswith("@")
+    return not doc.text(first)[:doc.col(first, node.col_offset)].strip()
+
+
+def _line_ends_with(doc: _Doc, node, semicolon: bool = False) -> bool:
+    rest = doc.text(node.end_lineno)[doc.col(node.end_lineno, node.end_col_offset):].strip()
+    if semicolon and rest.startswith(";"):
+        rest = rest[1:].strip()
+    return not rest or rest.startswith("#")
+
+
+@dataclass
+class _Site:
+    """Where a statement's change is made: lines `first`..`last`, rewritten as a whole.
+
+    mode "line": the statement owns its lines; "group": it shares a line with `;`
+    siblings (the line is rewritten); "suite": it is in a one-line body (`if x: y`), and
+    the compound statement holding it is rewritten."""
+
+    first: int
+    last: int
+    mode: str
+    stmt: ast.stmt
+    seq: list  # the body list holding stmt
+    parent: ast.AST
+    index: int  # stmt's index in its `;` line (mode "group")
+
+
+def _site(doc: _Doc, path: list) -> _Site | None:
+    node, parent = path[-1], path[-2]
+    if _is_elif(doc, parent, node):
+        return None
+    seq = next((v for _, v in ast.iter_fields(parent) if isinstance(v, list) and any(s is node for s in v)), None)
+    if seq is None:
+        return None
+    i = next(k for k, s in enumerate(seq) if s is node)
+    j0 = j1 = i
+    while j0 > 0 and seq[j0 - 1].end_lineno == seq[j0].lineno:
+        j0 -= 1
+    while j1 < len(seq) - 1 and seq[j1 + 1].lineno == seq[j1].end_lineno:
+        j1 += 1
+    if j0 == j1 and _line_starts_with(doc, node) and _line_ends_with(doc, node):
+        return _Site(_start(node), node.end_lineno, "line", node, seq, parent, 0)
+    if not _compound(node) and _line_starts_with(doc, seq[j0]) and _line_ends_with(doc, seq[j1], True):
+        return _Site(seq[j0].lineno, seq[j1].end_lineno, "group", node, seq, parent, i - j0)
+    k = len(path) - 2  # a one-line body: rewrite the compound statement holding it
+    while k > 0 and not isinstance(path[k], ast.stmt):
+        k -= 1
+    while k > 1 and _is_elif(doc, path[k - 1], path[k]):
+        k -= 1
+    owner = path[k]
+    if _compound(node) or not isinstance(owner, ast.stmt) or not (
+            _line_starts_with(doc, owner) and _line_ends_with(doc, owner)):
+        return None
+    return _Site(_start(owner), owner.end_lineno, "suite", node, seq, parent, 0)
+
+
+def _statement(doc: _Doc, sp: Span | None) -> tuple[list, _Site] | None:
+    path = _path(doc, sp, ast.stmt) if sp is not None else None
+    site = _site(doc, path) if path else None
+    return (path, site) if site else None
+
+
+def _comments_above(doc: _Doc, site: _Site) -> int:
+    """The first line of the comment block directly above the site (at its indentation):
+    inserting "before a statement" goes above the comments that describe it."""
+    if site.mode == "suite":
+        return site.first
+    bound = 0
+    for child in ast.iter_child_nodes(site.parent):
+        for c in ([child] if hasattr(child, "end_lineno") else ast.iter_child_nodes(child)):
+            end = getattr(c, "end_lineno", None)
+            if end is not None and end < site.first:
+                bound = max(bound, end)
+    first, indent = site.first, doc.indent(site.first)
+    while first - 1 > bound and doc.text(first - 1).strip().startswith("#") and doc.indent(first - 1) == indent:
+        first -= 1
+    return first
+
+
+# ----------------------------------------------------------------- rewriting a site with libcst
+class _Apply(cst.CSTTransformer):
+    """Replace the target statements (whole lines) or the line holding a target small
+    statement (split off onto its own line first) with `op(statements)`."""
+
+    def __init__(self, lines: tuple, small, op, unit: str):
+        super().__init__()
+        self.lines, self.small, self.op, self.unit = lines, small, op, unit
+
+    def _block(self, original, updated) -> list | None:
+        out, i, hit = [], 0, False
+        while i < len(original):
+            o, u = original[i], updated[i]
+            if self.lines and o is self.lines[0]:
+                out += self.op(list(updated[i:i + len(self.lines)]))
+                i, hit = i + len(self.lines), True
+                continue
+            if self.small is not None and isinstance(o, cst.SimpleStatementLine) and \
+                    any(s is self.small for s in o.body):
+                out += self._split(o.body, u.body, u.leading_lines, u.trailing_whitespace)
+                hit = True
+            else:
+                out.append(u)
+            i += 1
+        return out if hit else None
+
+    def _split(self, original, updated, leading, trailing) -> list:
+        k = next(j for j, s in enumerate(original) if s is self.small)
+        if len(original) == 1:
+            return self.op([cst.SimpleStatementLine(body=updated, leading_lines=leading,
+                                                    trailing_whitespace=trailing)])
+        plain = cst.MaybeSentinel.DEFAULT
+        before, after = list(updated[:k]), list(updated[k + 1:])
+        out = []
+        if before:
+            before[-1] = before[-1].with_changes(semicolon=plain)
+            out.append(cst.SimpleStatementLine(body=before, leading_lines=leading))
+        mid = cst.SimpleStatementLine(body=[updated[k].with_changes(semicolon=plain)],
+                                      leading_lines=() if before else leading)
+        out += self.op([mid.with_changes(trailing_whitespace=trailing) if not after else mid])
+        if after:
+            out.append(cst.SimpleStatementLine(body=after, trailing_whitespace=trailing))
+        return out
+
+    def leave_IndentedBlock(self, original, updated):
+        body = self._block(original.body, updated.body)
+        return updated if body is None else updated.with_changes(body=body or [_pass()])
+
+    def leave_Module(self, original, updated):
+        body = self._block(original.body, updated.body)
+        return updated if body is None else updated.with_changes(body=body)
+
+    def leave_SimpleStatementSuite(self, original, updated):
+        if self.small is None or not any(s is self.small for s in original.body):
+            return updated
+        lines = self._split(original.body, updated.body, (), cst.TrailingWhitespace())
+        return cst.IndentedBlock(body=lines or [_pass()], header=updated.trailing_whitespace, indent=self.unit)
+
+
+def _pass() -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine(body=[cst.Pass()])
+
+
+def _parse_site(doc: _Doc, first: int, last: int):
+    """The lines parsed under a header that makes their indentation legal: (prefix, module, body)."""
+    indent = doc.indent(first)
+    prefix = ("if True:" if indent else "pass") + (doc.eol(first) or doc.newline)
+    module = cst.parse_module(prefix + "".join(doc.lines[first - 1:last]))
+    body = module.body[0].body.body if indent else module.body[1:]
+    return prefix, module, body
+
+
+def _small_at(module, doc: _Doc, first: int, stmt: ast.stmt):
+    line, col = stmt.lineno - first + 2, doc.col(stmt.lineno, stmt.col_offset)
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return next((n for n, p in positions.items() if isinstance(n, cst.BaseSmallStatement)
+                 and (p.start.line, p.start.column) == (line, col)), None)
+
+
+def _targets(doc: _Doc, site: _Site, module, body, first: int):
+    """(whole statement lines, small statement) to hand to `_Apply`."""
+    if site.mode == "line":
+        return tuple(body), None
+    small = body[-1].body[site.index] if site.mode == "group" else _small_at(module, doc, first, site.stmt)
+    if small is None:
+        raise ValueError("statement not found")
+    return (), small
+
+
+def _rewrite(doc: _Doc, site: _Site, op, first: int | None = None, last: int | None = None) -> Replacement | None:
+    first = site.first if first is None else first
+    last = site.last if last is None else last
+    prefix, module, body = _parse_site(doc, first, last)
+    lines, small = _targets(doc, site, module, body, first)
+    code = module.visit(_Apply(lines, small, op, doc.unit)).code
+    if not code.startswith(prefix):
+        return None
+    return _diff(doc, first, "".join(doc.lines[first - 1:last]), code[len(prefix):])
+
+
+def _diff(doc: _Doc, first: int, old: str, new: str) -> Replacement | None:
+    """The replacement of only the lines that differ."""
+    a, b = _split(old), _split(new)
+    p = 0
+    while p < len(a) and p < len(b) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < len(a) - p and s < len(b) - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    gone, text = len(a) - p - s, "".join(b[p:len(b) - s])
+    if not gone and not text:
+        return None
+    start = first + p
+    end = _past(doc, start + gone - 1) if gone else (start, 0)
+    return Replacement(Span(start, 0, *end), text)
+
+
+def _past(doc: _Doc, n: int) -> tuple[int, int]:
+    """The position just past line n, its line break included."""
+    return (n + 1, 0) if doc.eol(n) else (n, len(doc.text(n)))
+
+
+def _with_indents(node, default: str):
+    """Blocks that used the parsed piece's default indentation say so, to move elsewhere."""
+
+    class Fill(cst.CSTTransformer):
+        def leave_IndentedBlock(self, original, updated):
+            return updated.with_changes(indent=default) if updated.indent is None else updated
+
+    return node.visit(Fill())
+
+
+# ----------------------------------------------------------------- statement edits
+def _insert(code: str, after: bool):
+    def handler(doc: _Doc, e: Edit):
+        found = _statement(doc, e.span)
+        if found is None or not e.name:
+            return None
+        new = cst.parse_statement(code.format(name=e.name))
+        return _insert_stmt(doc, found[1], new, after)
+    return handler
+
+
+def _insert_stmt(doc: _Doc, site: _Site, new, after: bool):
+    if after:
+        return [_rewrite(doc, site, lambda stmts: [*stmts, new])]
+    return [_rewrite(doc, site, lambda stmts: [new, *stmts], first=_comments_above(doc, site))]
+
+
+def _no_grad(doc: _Doc, edits: list) -> list | None:
+    """Wrap each statement (consecutive ones together) in `with torch.no_grad():`, and
+    import torch when the module has no name for it."""
+    sites = []
+    for e in edits:
+        found = _statement(doc, e.span)
+        if found is None:
+            return None
+        if not any(found[1].stmt is s.stmt for _, s in sites):
+            sites.append(found)
+    sites.sort(key=lambda f: f[1].first)
+    context, needs_import = _grad_off(doc)
+    ctx = cst.parse_expression(context)
+
+    def wrap(stmts):
+        inner = [stmts[0].with_changes(leading_lines=()), *stmts[1:]]
+        return [cst.With(items=[cst.WithItem(item=ctx)], body=cst.IndentedBlock(body=inner, indent=doc.unit),
+                         leading_lines=stmts[0].leading_lines)]
+
+    reps, run = [], []
+    for path, site in sites + [(None, None)]:
+        if run and (site is None or site.mode != "line" or run[-1].mode != "line" or site.seq is not run[-1].seq
+                    or _index(site) != _index(run[-1]) + 1):
+            reps.append(_rewrite(doc, run[0], wrap, last=run[-1].last))
+            run = []
+        if site is not None:
+            run.append(site)
+    if needs_import:
+        top = next(s for s in doc.tree.body if _start(s) <= sites[0][1].first and s.end_lineno >= sites[0][1].last)
+        reps.append(_import_torch(doc, top))
+    return reps
+
+
+def _index(site: _Site) -> int:
+    return next(k for k, s in enumerate(site.seq) if s is site.stmt)
+
+
+def _top_imports(tree: ast.Module):
+    for stmt in tree.body:
+        blocks = [stmt.body, getattr(stmt, "orelse", [])] if isinstance(stmt, (ast.If, ast.Try)) else [[stmt]]
+        for block in blocks:
+            yield from (s for s in block if isinstance(s, (ast.Import, ast.ImportFrom)))
+
+
+def _grad_off(doc: _Doc) -> tuple[str, bool]:
+    """The expression for `torch.no_grad()` under this module's imports, and whether
+    `import torch` must be added (torch unbound, or bound only under another name)."""
+    alias = no_grad = None
+    for imp in _top_imports(doc.tree):
+        if isinstance(imp, ast.Import):
+            for a in imp.names:
+                if a.asname is None and a.name.split(".")[0] == "torch":
+                    return "torch.no_grad()", False
+                if a.name == "torch":
+                    alias = alias or a.asname
+        elif imp.module == "torch" and not imp.level:
+            no_grad = no_grad or next((a.asname or a.name for a in imp.names if a.name == "no_grad"), None)
+    if alias:
+        return f"{alias}.no_grad()", False
+    if no_grad:
+        return f"{no_grad}()", False
+    return "torch.no_grad()", True
+
+
+def _import_torch(doc: _Doc, top: ast.stmt) -> Replacement:
+    """`import torch` after the last top-level import before `top` (else after the module
+    docstring and `from __future__` imports, else before `top`)."""
+    body = doc.tree.body
+    before = body[:next(k for k, s in enumerate(body) if s is top)]
+    anchor = next((s for s in reversed(before) if isinstance(s, (ast.Import, ast.ImportFrom))), None)
+    if anchor is None:
+        for k, s in enumerate(before):
+            docstring = k == 0 and isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) \
+                and isinstance(s.value.value, str)
+            if not (docstring or (isinstance(s, ast.ImportFrom) and s.module == "__future__")):
+                break
+            anchor = s
+    if anchor is None:
+        return Replacement(Span(_start(top), 0, _start(top), 0), "import torch" + doc.newline)
+    n = anchor.end_lineno
+    if doc.eol(n):
+        return Replacement(Span(n + 1, 0, n + 1, 0), "import torch" + doc.newline)
+    return Replacement(Span(n, len(doc.text(n)), n, len(doc.text(n))), doc.newline + "import torch")
+
+
+def _move(doc: _Doc, e: Edit) -> list | None:
+    """Remove the statement at `span`; put it at the top of the body starting at `target`
+    (move_into_loop) or after the statement at `target` (move_after)."""
+    found, dest = _statement(doc, e.span), _statement(doc, e.target)
+    if found is None or dest is None:
+        return None
+    _, site = found
+    if site.mode == "line":
+        prefix, module, body = _parse_site(doc, site.first, site.last)
+        moved = _with_indents(body[-1].with_changes(leading_lines=()), module.default_indent)
+        old = "".join(doc.lines[site.first - 1:site.last])
+        new = "" if len(site.seq) > 1 else doc.indent(site.stmt.lineno) + "pass" + (doc.eol(site.last) or "")
+        removal = _diff(doc, site.first, old, new)
+    else:
+        prefix, module, body = _parse_site(doc, site.first, site.last)
+        small = _targets(doc, site, module, body, site.first)[1]
+        moved = cst.SimpleStatementLine(body=[_with_indents(small, module.default_indent)
+                                              .with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+        removal = _rewrite(doc, site, lambda stmts: [])
+    return [removal, *_insert_stmt(doc, dest[1], moved, after=e.kind == "move_after")]
+
+
+# ----------------------------------------------------------------- expression edits
+def _expression(doc: _Doc, sp: Span, kinds=ast.expr):
+    """(ast node, its libcst module, its libcst expression without the parentheses
+    added to parse it): the expression parsed alone, on its own."""
+    path = _path(doc, sp, kinds)
+    if path is None:
+        return None
+    module = cst.parse_module("(" + doc.segment(sp) + ")" + doc.newline)
+    expr = module.body[0].body[0].value
+    return path, module, expr.with_changes(lpar=expr.lpar[1:], rpar=expr.rpar[:-1])
+
+
+def _method(name: str):
+    def handler(doc: _Doc, e: Edit):
+        found = _expression(doc, e.span)
+        if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
+            return None
+        _, module, expr = found
+        if not (expr.lpar or isinstance(expr, _ATOMS)):
+            expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        new = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name(name)))
+        return [Replacement(e.span, module.code_for_node(new))]
+    return handler
+
+
+def _retain_graph(doc: _Doc, e: Edit):
+    found = _expression(doc, e.span, ast.Call)
+    if found is None:
+        return None
+    path, module, call = found
+    if not isinstance(call, cst.Call):
+        return None
+    true = cst.Name("True")
+    args = list(call.args)
+    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "retain_graph"), None)
+    positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
+    slot = _retain_slot(doc, path[-1])
+    if k is None and slot is not None and len(positional) > slot:
+        k = positional[slot]
+    if k is not None:
+        args[k] = args[k].with_changes(value=true)
+    else:
+        new = cst.Arg(value=true, keyword=cst.Name("retain_graph"),
+                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                            whitespace_after=cst.SimpleWhitespace("")))
+        space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if args and isinstance(args[-1].comma, cst.Comma):  # a trailing comma: keep the layout
+            opening = call.whitespace_before_args
+            prev = args[-2].comma if len(args) > 1 else (
+                cst.Comma(whitespace_after=opening) if isinstance(opening, cst.ParenthesizedWhitespace) else space)
+            new = new.with_changes(comma=args[-1].comma)
+            args[-1] = args[-1].with_changes(comma=prev)
+        elif args:
+            args[-1] = args[-1].with_changes(comma=space)
+        args.append(new)
+    return [Replacement(e.span, module.code_for_node(call.with_changes(args=args)))]
+
+
+def _retain_slot(doc: _Doc, call: ast.Call) -> int | None:
+    """Which positional argument is retain_graph: `t.backward(g, True)`, `torch.autograd.grad(o, i, g, True)`."""
+    f = call.func
+    if not isinstance(f, ast.Attribute):
+        return None
+    owner = doc.segment(Span(*doc.span(f.value)))
+    autograd = owner == "autograd" or owner.endswith(".autograd")
+    return {("grad", True): 3, ("backward", True): 2, ("backward", False): 1}.get((f.attr, autograd))
+
+
+def _out_of_place(doc: _Doc, e: Edit):
+    """`x += y` -> `x = x + y`; `x.relu_()` -> `x = x.relu()` (only as a whole statement)."""
+    path = _path(doc, e.span, (ast.AugAssign, ast.Call))
+    if path is None:
+        return None
+    if isinstance(path[-1], ast.AugAssign):
+        return _out_of_place_aug(doc, e.span, path[-1])
+    _, module, node = _expression(doc, e.span, ast.Call)
+    call, stmt = path[-1], path[-2]
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call.func, ast.Attribute)
+            and doc.span(stmt) == doc.span(call) and isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)):
+        return None
+    name = call.func.attr
+    if not name.endswith("_") or name.startswith("__") or name in _NO_OUT_OF_PLACE:
+        return None
+    if _root(call.func.value) in _modules(doc.tree):  # torch.relu_(x): x = torch.relu(x)
+        if not call.args or not isinstance(call.args[0], (ast.Name, ast.Attribute)):
+            return None
+        target = node.args[0].value
+    elif isinstance(call.func.value, (ast.Name, ast.Attribute)):
+        target = node.func.value
+    else:
+        return None
+    value = node.with_changes(func=node.func.with_changes(attr=cst.Name(name[:-1])))
+    new = cst.Assign(targets=[cst.AssignTarget(target.with_changes(lpar=[], rpar=[]))], value=value)
+    return [Replacement(e.span, module.code_for_node(new))]
+
+
+def _out_of_place_aug(doc: _Doc, sp: Span, aug: ast.AugAssign):
+    if not isinstance(aug.target, (ast.Name, ast.Attribute)):
+        return None  # `x[i] += y` as `x[i] = x[i] + y` would still write x in place
+    module = cst.parse_module(doc.segment(sp) + doc.newline)
+    node = module.body[0].body[0]
+    op, value = node.operator, node.value
+    if not value.lpar and _needs_parens(aug.value, aug.op):
+        value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    binop = getattr(cst, type(op).__name__[:-len("Assign")])(
+        whitespace_before=op.whitespace_before, whitespace_after=op.whitespace_after)
+    new = cst.Assign(targets=[cst.AssignTarget(node.target, whitespace_before_equal=op.whitespace_before,
+                                               whitespace_after_equal=op.whitespace_after)],
+                     value=cst.BinaryOperation(left=node.target, operator=binop, right=value))
+    return [Replacement(sp, module.code_for_node(new))]
+
+
+def _needs_parens(value: ast.expr, op: ast.operator) -> bool:
+    if isinstance(value, ast.BinOp):
+        return _PREC[type(value.op)] <= _PREC[type(op)]
+    if isinstance(value, ast.UnaryOp):
+        return isinstance(value.op, ast.Not)
+    return isinstance(value, (ast.BoolOp, ast.Compare, ast.IfExp, ast.Lambda, ast.NamedExpr, ast.Yield,
+                              ast.YieldFrom, ast.Tuple, ast.Starred))
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _modules(tree: ast.Module) -> set:
+    """Names the module's imports bind to modules (`torch`, `F`, `nn`, ...)."""
+    out = set()
+    for imp in _top_imports(tree):
+        if isinstance(imp, ast.Import):
+            out.update(a.asname or a.name.split(".")[0] for a in imp.names)
+        elif (imp.module or "").split(".")[0] == "torch":
+            out.update(a.asname or a.name for a in imp.names if a.name in ("nn", "functional", "init", "F"))
+    return out
+
+
+# ----------------------------------------------------------------- putting edits together
+def _merged(reps: list[Replacement]) -> list[Replacement] | None:
+    """In source order, touching ones joined; None if two overlap."""
+    out: list[Replacement] = []
+    for r in sorted(reps, key=lambda r: (r.span.line, r.span.column, r.span.end_line, r.span.end_column)):
+        if out:
+            prev = out[-1]
+            prev_end, start = (prev.span.end_line, prev.span.end_column), (r.span.line, r.span.column)
+            if start < prev_end:
+                return None
+            if start == prev_end:
+                out[-1] = Replacement(Span(prev.span.line, prev.span.column, r.span.end_line, r.span.end_column),
+                                      prev.text + r.text)
+                continue
+        out.append(r)
+    return out
+
+
+_HANDLERS = {
+    "detach": _method("detach"),
+    "item": _method("item"),
+    "retain_graph": _retain_graph,
+    "out_of_place": _out_of_place,
+    "detach_before": _insert("{name} = {name}.detach()", after=False),
+    "detach_after": _insert("{name} = {name}.detach()", after=True),
+    "clone_before": _insert("{name} = {name}.clone()", after=False),
+    "retain_grad": _insert("{name}.retain_grad()", after=True),
+    "zero_grad": _insert("{name}.zero_grad()", after=False),
+    "move_into_loop": _move,
+    "move_after": _move,
+}

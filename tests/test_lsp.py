@@ -1,0 +1,195 @@
+"""End-to-end: the real `gradguard lsp` over stdio, driven by pytest-lsp's client.
+
+Two client profiles: Neovim 0.7 (diagnostics are pushed to it) and VS Code (it pulls them
+with textDocument/diagnostic).  Each test speaks LSP to a fresh server process."""
+from __future__ import annotations
+
+import ast
+import asyncio
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
+
+from lsp_support import SERVER, apply_edits, workspace_edits
+
+BUGGY = """\
+import torch
+
+x = torch.randn(3, requires_grad=True)
+loss = (x.exp() * 2).sum()
+loss.backward()
+loss.backward()  # raises: the graph was freed
+"""
+CLEAN = BUGGY.replace("loss.backward()\nloss.backward()", "loss.backward(retain_graph=True)\nloss.backward()")
+URI = "file:///tmp/gradguard-lsp-test/train.py"
+
+
+def opened(client: LanguageClient, text: str, uri: str = URI, version: int = 1) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
+
+
+def changed(client: LanguageClient, text: str, version: int, uri: str = URI) -> None:
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+
+async def published(client: LanguageClient, uri: str = URI, timeout: float = 20) -> list[types.Diagnostic]:
+    """The next diagnostics published for `uri` (notifications for other documents are skipped)."""
+    client.diagnostics.pop(uri, None)
+
+    async def wait():
+        while uri not in client.diagnostics:
+            await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    await asyncio.wait_for(wait(), timeout)
+    return list(client.diagnostics[uri])
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def push(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("neovim@v0.7.0")))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def pulling_capabilities() -> types.ClientCapabilities:
+    """Neovim 0.11 pulls diagnostics (and prefers UTF-8 positions); add refresh support."""
+    caps = client_capabilities("neovim@v0.11.0")
+    caps.workspace.diagnostics = types.DiagnosticWorkspaceClientCapabilities(refresh_support=True)
+    return caps
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def pull(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=pulling_capabilities(), initialization_options={"gradguard": {"ignore": ["GG103"]}}))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_open_publishes_a_diagnostic_at_the_failing_call(push: LanguageClient):
+    opened(push, BUGGY)
+    [diag] = await published(push)
+    assert diag.code == "GG001" and diag.source == "gradguard"
+    assert diag.severity == types.DiagnosticSeverity.Error
+    assert diag.range.start == types.Position(line=5, character=0)
+    assert diag.range.end == types.Position(line=5, character=15)
+    assert diag.code_description.href.endswith("#gg001-freed-graph-backward")
+    assert [r.location.range.start.line for r in diag.related_information] == [4, 3]
+    assert "freed" in diag.related_information[0].message
+    assert diag.data["fixes"] and diag.data["fixes"][0]["preferred"]
+
+
+async def test_change_republishes_for_the_latest_version_only(push: LanguageClient):
+    opened(push, CLEAN)
+    assert await published(push) == []
+    for version in range(2, 6):  # a burst of keystrokes: only the last text is analysed
+        changed(push, BUGGY if version % 2 == 0 else CLEAN, version)
+    changed(push, BUGGY, 6)
+    diags = await published(push)
+    await asyncio.sleep(0.5)  # anything still in flight for an older version would arrive now
+    assert [d.code for d in push.diagnostics[URI]] == ["GG001"]
+    assert diags and diags[0].data["version"] == 6
+
+
+async def test_close_clears_diagnostics(push: LanguageClient):
+    opened(push, BUGGY)
+    assert await published(push)
+    push.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=URI)))
+    assert await published(push) == []
+
+
+async def test_unparsable_text_keeps_the_last_diagnostics_and_logs_why(push: LanguageClient):
+    opened(push, BUGGY)
+    assert await published(push)
+    changed(push, BUGGY + "for x in \n", 2)
+    await asyncio.wait_for(push.wait_for_notification(types.WINDOW_LOG_MESSAGE), 20)
+    assert any("syntax error" in m.message for m in push.log_messages)
+    assert not push.messages  # nothing popped up on screen
+    assert [d.code for d in push.diagnostics[URI]] == ["GG001"]
+    changed(push, CLEAN, 3)  # fixed: the diagnostics go
+    assert await published(push) == []
+
+
+async def test_pull_diagnostics(pull: LanguageClient):
+    opened(pull, BUGGY)
+    report = await pull.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=types.TextDocumentIdentifier(uri=URI)))
+    assert [d.code for d in report.items] == ["GG001"]
+    assert URI not in pull.diagnostics  # a pulling client is not also pushed to (no duplicates)
+    changed(pull, CLEAN, 2)
+    report = await pull.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), previous_result_id=report.result_id))
+    assert list(report.items) == []
+
+
+async def test_configuration_from_initialization_and_changes(pull: LanguageClient):
+    source = BUGGY + "w = torch.zeros(2, requires_grad=True)\nw += 1\n"
+    opened(pull, source)
+    params = types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=URI))
+    codes = [d.code for d in (await pull.text_document_diagnostic_async(params)).items]
+    assert codes == ["GG001", "GG003"]
+    pull.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"gradguard": {"ignore": ["GG001"], "severity": {"GG003": "warning"}}}))
+    await asyncio.sleep(0.3)
+    items = (await pull.text_document_diagnostic_async(params)).items
+    assert [(d.code, d.severity) for d in items] == [("GG003", types.DiagnosticSeverity.Warning)]
+    assert pull.diagnostic_refresh_count >= 1  # the editor is told to pull again
+
+
+async def test_hover_explains_the_finding_and_the_backward(push: LanguageClient):
+    opened(push, BUGGY)
+    [diag] = await published(push)
+    hover = await push.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=5, character=6)))
+    text = hover.contents.value
+    assert "GG001" in text and "What happens at run time" in text and "Fixes" in text
+    assert "retain_graph=True" in text and "gg001-freed-graph-backward" in text
+    hover = await push.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=4, character=8)))
+    assert "Frees those saved tensors" in hover.contents.value and "x.exp()" in hover.contents.value
+    hover = await push.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(line=3, character=1)))
+    assert "requires grad" in hover.contents.value
+
+
+async def test_code_actions_resolve_to_edits_that_fix_the_program(pull: LanguageClient):
+    opened(pull, BUGGY)
+    params = types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=URI))
+    [diag] = (await pull.text_document_diagnostic_async(params)).items
+    actions = await pull.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+    preferred = [a for a in actions if a.is_preferred]
+    assert len(preferred) == 1 and preferred[0].edit is None  # built lazily, on resolve
+    assert any("noqa" in a.title for a in actions)
+    resolved = await pull.code_action_resolve_async(preferred[0])
+    fixed = apply_edits(BUGGY, workspace_edits(resolved.edit, URI))
+    ast.parse(fixed)
+    assert "loss.backward(retain_graph=True)" in fixed
+    changed(pull, fixed, 2)
+    assert list((await pull.text_document_diagnostic_async(params)).items) == []
+
+
+async def test_noqa_action_suppresses(push: LanguageClient):
+    opened(push, BUGGY)
+    [diag] = await published(push)
+    actions = await push.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+    [noqa] = [a for a in actions if "noqa" in a.title]
+    suppressed = apply_edits(BUGGY, workspace_edits(noqa.edit, URI))
+    assert "# noqa: GG001" in suppressed.splitlines()[5]
+    changed(push, suppressed, 2)
+    assert await published(push) == []
+
+
+@pytest.mark.parametrize("broken", ["", "\0", "def f(:\n", "x = '''\n", "\ufeffimport torch\n" + "(" * 200 + ")" * 200])
+async def test_odd_documents_never_crash_the_server(push: LanguageClient, broken):
+    opened(push, broken)
+    opened(push, BUGGY, uri=URI + "2")
+    assert [d.code for d in await published(push, URI + "2")] == ["GG001"]
