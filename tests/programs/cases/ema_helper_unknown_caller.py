@@ -22,6 +22,7 @@ class Ema:
             e.mul_(0.99).add_(p.data, alpha=0.01)
 
 
+torch.manual_seed(0)
 net = nn.Linear(3, 3)
 ema = Ema(net)
 ema.update(net)
