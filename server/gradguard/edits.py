@@ -581,14 +581,20 @@ def _retain_graph(doc: _Doc, e: Edit):
                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                             whitespace_after=cst.SimpleWhitespace("")))
         space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if args and isinstance(args[-1].comma, cst.Comma):  # a trailing comma: keep the layout
-            opening = call.whitespace_before_args
-            prev = args[-2].comma if len(args) > 1 else (
-                cst.Comma(whitespace_after=opening) if isinstance(opening, cst.ParenthesizedWhitespace) else space)
-            new = new.with_changes(comma=args[-1].comma)
-            args[-1] = args[-1].with_changes(comma=prev)
+        last = args[-1] if args else None
+        tail = last.comma.whitespace_after if last and isinstance(last.comma, cst.Comma) else None
+        lead = args[-2].comma.whitespace_after if len(args) > 1 else call.whitespace_before_args
+        if isinstance(tail, cst.ParenthesizedWhitespace) and isinstance(lead, cst.ParenthesizedWhitespace):
+            # one argument a line, trailing comma: a new line like the last one, its comment left in place
+            args[-1] = last.with_changes(comma=last.comma.with_changes(
+                whitespace_after=lead.with_changes(first_line=tail.first_line, empty_lines=())))
+            new = new.with_changes(comma=last.comma.with_changes(
+                whitespace_after=tail.with_changes(first_line=cst.TrailingWhitespace())))
+        elif tail is not None:
+            new = new.with_changes(comma=last.comma)
+            args[-1] = last.with_changes(comma=space)
         elif args:
-            args[-1] = args[-1].with_changes(comma=space)
+            args[-1] = last.with_changes(comma=space)
         args.append(new)
     return [Replacement(e.span, module.code_for_node(call.with_changes(args=args)))]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,9 @@ class DocState:
 
 
 class Analyses:
-    def __init__(self, debounce: float = 0.03):
+    def __init__(self, debounce: float = 0.03, log_error=print):
         self.debounce = debounce
+        self.log_error = log_error
         self.docs: dict[str, DocState] = {}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-analysis")
         self.settings: dict = {}  # from initializationOptions / didChangeConfiguration
@@ -87,7 +89,10 @@ class Analyses:
         if not checked.error or checked.internal or "syntax error" not in checked.error:
             self._counter += 1
             state.good = Analysed(version, text, checked, f"{version}-{self._counter}")
-        on_done(uri, version, checked, problem)
+        try:
+            on_done(uri, version, checked, problem)
+        except Exception:  # a bug in publishing must not kill the document's analyses
+            self.log_error(f"gradguard: internal error while publishing {uri}:\n{traceback.format_exc()}")
         for waiter in state.waiters:
             if not waiter.done():
                 waiter.set_result(None)

@@ -28,7 +28,7 @@ class GradGuardServer(LanguageServer):
             notebook_document_sync=types.NotebookDocumentSyncOptions(notebook_selector=[
                 types.NotebookDocumentFilterWithCells(
                     notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])]))
-        self.analyses = Analyses()
+        self.analyses = Analyses(log_error=lambda message: self.log(message, types.MessageType.Error))
         self.pull = False  # the client asks for diagnostics (textDocument/diagnostic) instead of receiving them
         self.resolvable = False  # the client resolves code actions' edits lazily
 

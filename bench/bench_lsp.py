@@ -1,0 +1,119 @@
+"""Latency through the real language server: open -> diagnostics and edit -> diagnostics.
+
+    python bench/bench_lsp.py [--edits N] [--file PATH]
+
+Starts `python -m gradguard lsp` over stdio, opens a ~2,000-line training script (by
+default the corpus cases joined into one module: real training code with real bugs) and
+measures how long until the diagnostics for that version arrive; then makes N small edits
+(a number changed inside the file, one keystroke each, waiting for each version's
+diagnostics) and reports p50/p95.  The same run times `ast.parse` and the analysis of the
+text in this process as baselines, so the figures can be read as ratios on any machine.
+It only reports: timings depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "server"))
+
+from gradguard.analysis import run as analyse  # noqa: E402
+
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def training_script(lines: int = 2000) -> str:
+    """The corpus cases joined into one module, cut to `lines` lines."""
+    parts = []
+    for case in json.loads((CORPUS / "manifest.json").read_text()):
+        parts.append((CORPUS / case["file"]).read_text().replace('if __name__ == "__main__":', "if True:"))
+    return "\n".join("\n".join(parts).splitlines()[:lines]) + "\n"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(text: str, edits: int) -> dict:
+    client = LanguageClient("bench", "0")
+    arrived: dict[int, float] = {}
+    wake = asyncio.Event()
+
+    @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def diagnostics(ls, params: types.PublishDiagnosticsParams):
+        arrived[params.version] = time.perf_counter()
+        wake.set()
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "server"))
+    await client.start_io(sys.executable, "-m", "gradguard", "lsp", env=env)
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+    client.initialized(types.InitializedParams())
+    uri = "file:///tmp/gradguard-bench/train.py"
+
+    async def until(version: int) -> float:
+        while version not in arrived:
+            wake.clear()
+            await asyncio.wait_for(wake.wait(), 60)
+        return arrived[version]
+
+    start = time.perf_counter()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    opened = await until(1) - start
+    lines = text.splitlines()
+    row = next(i for i, line in enumerate(lines) if "manual_seed(0)" in line)
+    col = lines[row].index("0")
+    latencies = []
+    for version in range(2, edits + 2):
+        digit = str(version % 10)
+        sent = time.perf_counter()
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=row, character=col),
+                                  end=types.Position(line=row, character=col + 1)), text=digit)]))
+        latencies.append(await until(version) - sent)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return {"open": opened, "edits": latencies}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edits", type=int, default=60)
+    parser.add_argument("--file", type=Path, help="a script to use instead of the joined corpus")
+    args = parser.parse_args()
+    text = args.file.read_text() if args.file else training_script()
+    t0 = time.perf_counter()
+    ast.parse(text)
+    parse = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analyse(text)
+    analysis = time.perf_counter() - t0
+    result = asyncio.run(measure(text, args.edits))
+    p50, p95 = percentile(result["edits"], 0.5), percentile(result["edits"], 0.95)
+    ms = 1000
+    print(f"script:            {len(text.splitlines())} lines")
+    print(f"baseline ast.parse {parse * ms:7.1f} ms   in-process analysis {analysis * ms:7.1f} ms")
+    print(f"open -> diagnostics {result['open'] * ms:6.1f} ms  ({result['open'] / parse:.1f}x ast.parse)")
+    print(f"edit -> diagnostics p50 {p50 * ms:6.1f} ms  ({p50 / parse:.1f}x ast.parse)   "
+          f"p95 {p95 * ms:6.1f} ms  ({p95 / parse:.1f}x)   over {len(result['edits'])} edits")
+    print("goal: p50 under 50 ms, p95 under 150 ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
