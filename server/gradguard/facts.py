@@ -44,6 +44,7 @@ class Backward:
     no_grad_fn: bool = False  # the root certainly does not require grad
     carriers: tuple = ()  # names (and `self.` attributes) holding the stale regions here
     dirty_freed: frozenset = frozenset()  # freed regions also modified in place: keeping them would not help
+    cuts: frozenset = frozenset()  # for a root without grad: where its graph was cut (detach, no_grad, ...)
 
 
 @dataclass

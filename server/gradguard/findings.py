@@ -41,7 +41,10 @@ class Edit:
     - "retain_grad": insert `NAME.retain_grad()` after the statement at `span`;
     - "zero_grad": insert `NAME.zero_grad()` before the statement at `span`;
     - "move_into_loop": move the statement at `span` to the top of the loop body at `target`;
-    - "move_after": move the statement at `span` to just after the statement at `target`.
+    - "move_after": move the statement at `span` to just after the statement at `target`;
+    - "remove_detach": the expression at `span` is `X.detach()` or `X.data`: it becomes `X`;
+    - "unwrap": the `with` statement at `span` is replaced by its body, dedented;
+    - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties).
     """
 
     kind: str

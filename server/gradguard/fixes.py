@@ -272,6 +272,34 @@ def _is_step(node) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
 
 
+# ----------------------------------------------------------------- GG004
+def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
+    """Undo what cut the graph: a `.detach()`, a no_grad block or decorator, a freeze.  A
+    cut by a non-differentiable op (argmax, a comparison) has no mechanical fix."""
+    fixes = []
+    for cut in sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset)):
+        if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach" \
+                or isinstance(cut, ast.Attribute) and cut.attr == "data":
+            fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on line {cut.lineno}",
+                             (edit(facts, "remove_detach", cut),)))
+        elif isinstance(cut, (ast.With, ast.AsyncWith)) and len(cut.items) == 1:
+            fixes.append(Fix(f"Compute it with gradients: take it out of the `no_grad` block on line {cut.lineno}",
+                             (edit(facts, "unwrap", cut),)))
+        elif isinstance(cut, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in cut.decorator_list:
+                if "no_grad" in facts.text(deco) or "inference_mode" in facts.text(deco):
+                    fixes.append(Fix(f"Record gradients in `{cut.name}`: remove `@{facts.text(deco)}`",
+                                     (edit(facts, "delete", deco),)))
+        elif isinstance(cut, ast.stmt):  # froze every parameter the loss depends on
+            target = cut
+            parent = facts.parents.get(cut)
+            if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.body == [cut]:
+                target = parent
+            fixes.append(Fix(f"Keep the parameters trainable: remove `{facts.text(target, 40)}`",
+                             (edit(facts, "delete", target),)))
+    return ranked(fixes)
+
+
 # ----------------------------------------------------------------- other rules
 def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
     return ranked([Fix("Wrap it in `with torch.no_grad():`", (edit(facts, "no_grad", statement_of(facts, node)),))])

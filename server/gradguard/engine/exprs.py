@@ -146,7 +146,7 @@ class Expressions:
         left = self.eval(node.left, st)
         vals = [self.eval(c, st) for c in node.comparators]
         if tensor_of(left) is not None or any(tensor_of(v) is not None for v in vals):
-            return self.fresh_tensor(node, st, rg=False)
+            return self.fresh_tensor(node, st, rg=False, inputs=[left, *vals])
         t = self.static_truth(node, st)
         return const(t) if t is not None else UNKNOWN
 

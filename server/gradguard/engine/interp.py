@@ -118,6 +118,9 @@ class Interpreter(Expressions, TorchSemantics):
         # In a function no module-level code called, the caller's grad mode is unknown (EMA and
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
         self.caller_unknown = False
+        self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
+        self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
+        self.statement = None  # the statement being executed
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -203,6 +206,7 @@ class Interpreter(Expressions, TorchSemantics):
 
     def exec_stmt(self, s, st: State) -> State | None:
         self.check_time()
+        self.statement = s
         handler = getattr(self, "stmt_" + type(s).__name__, None)
         if handler is None:
             for child in ast.iter_child_nodes(s):
@@ -323,14 +327,20 @@ class Interpreter(Expressions, TorchSemantics):
         if any(_expects_error(item.context_expr) for item in s.items):
             return self.exec_expecting_error(s, st)
         saved_grad = st.grad
+        sites = len(self.no_grad_sites)
         for item in s.items:
             ctx = self.eval(item.context_expr, st)
             mode = self.grad_mode_of(ctx)
             if mode != "keep":
                 st.grad = mode
+                if mode is False:
+                    self.no_grad_sites.append(s)
             if item.optional_vars is not None:
                 self.assign(item.optional_vars, self.enter_value(ctx), st, s)
-        out = self.exec_block(s.body, st)
+        try:
+            out = self.exec_block(s.body, st)
+        finally:
+            del self.no_grad_sites[sites:]
         if out is not None:
             out.grad = saved_grad
         return out
@@ -499,6 +509,10 @@ class Interpreter(Expressions, TorchSemantics):
         callee.heap = st.heap  # defaults may have allocated containers
         self.frames.append(frame)
         self.active_calls.append(node)
+        no_grad = node in self.no_grad_funcs
+        if no_grad:
+            self.no_grad_sites.append(node)
+        statement = self.statement
         try:
             if isinstance(node, ast.Lambda):
                 frame.ret = self.eval(node.body, callee)
@@ -511,6 +525,9 @@ class Interpreter(Expressions, TorchSemantics):
         finally:
             self.active_calls.pop()
             self.frames.pop()
+            self.statement = statement
+            if no_grad:
+                self.no_grad_sites.pop()
         if out is not None:
             st.heap = out.heap
         if frame.freed:

@@ -78,9 +78,26 @@ class TorchSemantics:
     def region_id(self, node, sub=0) -> tuple:
         return (self.frame.ctx, id(node), sub)
 
-    def fresh_tensor(self, node, st, rg=False, sub=0):
+    def fresh_tensor(self, node, st, rg=False, sub=0, inputs=()):
+        """A new tensor.  For one computed from `inputs` without a graph (argmax, a comparison),
+        the node is where a graph may have been cut."""
         rg = rg if st.grad is not False else False
-        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}))})
+        cut = self.cut_by(node, inputs, st) if rg is False else frozenset()
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}), cut=cut)})
+
+    def cut_by(self, node, inputs, st) -> frozenset:
+        """Where the graph of a result without grad was cut: here, if an input may require grad
+        (`site` is the no_grad block when grad mode is off), plus the inputs' own cuts."""
+        cut = frozenset()
+        live = False
+        for v in inputs:
+            t = tensor_of(v)
+            if t is not None:
+                cut |= t.cut
+                live |= t.rg is not False
+        if live:
+            cut |= {self.no_grad_sites[-1] if st.grad is False and self.no_grad_sites else node}
+        return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False) -> Region:
         reg = self.facts.regions.get(rid)
@@ -123,9 +140,9 @@ class TorchSemantics:
         if info.inplace:
             others = [v for p, v in bound.items() if p != "self"]
             return self.inplace(node, bound_nodes.get("self"), self_val, others, st, info)
-        if not info.differentiable:
-            return self.fresh_tensor(node, st, rg=False, sub=sub)
         inputs = [v for v in bound.values() if tensor_of(v) is not None or any(isinstance(a, Unknown) for a in v)]
+        if not info.differentiable:
+            return self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
         return self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
                               arg_nodes=arg_list)
@@ -148,7 +165,7 @@ class TorchSemantics:
         objs = bt.objs if view and bt is not None else frozenset({("t",) + rid})
         view_leaf = bool(view and bt is not None and (bt.view_of_leaf or (bt.leaf is True and bt.rg is True)))
         if rg is False:
-            return frozenset({Tensor(rg=False, leaf=True, objs=objs)})
+            return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st))})
         regions, freed, dirty = set(), set(), set()
         for v in inputs:
             t = tensor_of(v)
@@ -297,7 +314,7 @@ class TorchSemantics:
         carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
         self.facts.backwards[self.key(node)] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
-            definite and t.rg is False and st.grad is not None, carriers, freed_hit & t.dirty)
+            definite and t.rg is False and st.grad is not None, carriers, freed_hit & t.dirty, t.cut)
         self.facts.consumed_regions |= t.regions
         if t.rg is not False:
             self.grads_written(st)
@@ -341,7 +358,7 @@ class TorchSemantics:
                 self.facts.grad_reads.pop(self.key(node), None)
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
-            return frozenset({Tensor(rg=False, leaf=True)})
+            return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st))})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return self.view_of(v, node, st)
         if name == "requires_grad":
@@ -367,6 +384,8 @@ class TorchSemantics:
         for o in t.objs:
             if o[0] == "params":
                 st.set_attr(o[1], "<rg>", flag)
+                self.frozen_by[o[1]] = self.statement
+
 
     def tensor_method(self, v, name, args, kwargs, st, node):
         t = tensor_of(v)
@@ -379,7 +398,7 @@ class TorchSemantics:
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             return self.fresh_tensor(node, st, rg=rg)
         if name in K.DETACH_METHODS:
-            new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs)})
+            new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st))})
             if name == "detach_":
                 if recv is not None:
                     self.rebind(recv, new, st)
@@ -401,7 +420,7 @@ class TorchSemantics:
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:
-            return self.fresh_tensor(node, st, rg=False)
+            return self.fresh_tensor(node, st, rg=False, inputs=[v])
         if name == "register_hook":
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
@@ -591,7 +610,7 @@ class TorchSemantics:
                                    st, sub=1)
             grads = frozenset({replace(tensor_of(grads), freed=frozenset(), dirty=frozenset())})
         else:
-            grads = self.fresh_tensor(node, st, rg=False, sub=1)
+            grads = self.fresh_tensor(node, st, rg=False, sub=1)  # plain tensors: not a cut graph
         return self.make_sequence(grads, st, node, nonempty=True)
 
     def call_builtin(self, name, args, kwargs, st, node):
@@ -741,7 +760,8 @@ class TorchSemantics:
         mods = self.submodules(m, st) if subtree else [m]
         rgs = [self.module_rg(x, st) for x in mods]
         rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
-        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods))})
+        cut = frozenset(self.frozen_by[x.id] for x in mods if x.id in self.frozen_by) if rg is False else frozenset()
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut)})
 
     def module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
@@ -782,6 +802,7 @@ class TorchSemantics:
             flag = self.truth_of(args[0]) if args else True
             for x in self.submodules(m, st):
                 st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
+                self.frozen_by[x.id] = self.statement
             return frozenset({m})
         if name in ("train", "eval", "to", "cuda", "cpu", "float", "double", "half", "apply"):
             return frozenset({m})

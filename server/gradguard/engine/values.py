@@ -33,6 +33,7 @@ class Tensor:
     objs: frozenset = frozenset()  # storage identities (views share them) for version tracking
     retains_grad: bool = False
     view_of_leaf: bool = False  # a view of a leaf that requires grad (in place on it raises too)
+    cut: frozenset = frozenset()  # for a value without grad: the nodes that cut its graph (detach, no_grad, ...)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def join_tensors(a: Tensor, b: Tensor) -> Tensor:
         return a
     return Tensor(a.regions | b.regions, a.freed | b.freed, a.dirty | b.dirty, tri_join(a.rg, b.rg),
                   tri_join(a.leaf, b.leaf), a.objs | b.objs, a.retains_grad and b.retains_grad,
-                  a.view_of_leaf and b.view_of_leaf)
+                  a.view_of_leaf and b.view_of_leaf, a.cut | b.cut)
 
 
 MAX_ATOMS = 12

@@ -1,7 +1,11 @@
 """GG004: backward on a value that carries no graph."""
 from __future__ import annotations
 
+import ast
+
+from gradguard import fixes
 from gradguard.facts import Facts
+from gradguard.findings import Related
 from gradguard.rules.base import Rule
 
 
@@ -69,6 +73,18 @@ y.backward()  # error
             if not b.no_grad_fn:
                 continue
             root = facts.text(b.root) if b.root is not None else "this value"
-            message = (f"`{root}` does not require grad (no op on its path records a graph): this raises 'element 0 "
-                       f"of tensors does not require grad and does not have a grad_fn'")
-            yield self.finding(message, facts.span(b.node))
+            cuts = sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset))
+            why = ("its graph is cut at " + ", ".join(f"`{_describe(facts, c)}` (line {c.lineno})" for c in cuts[:3])
+                   if cuts else "nothing on its path requires grad")
+            message = (f"`{root}` does not require grad ({why}): this raises 'element 0 of tensors does not "
+                       f"require grad and does not have a grad_fn'")
+            related = [Related(facts.span(c), "the graph is cut here") for c in cuts[:3]]
+            yield self.finding(message, facts.span(b.node), related, fixes.no_grad_fn(facts, b))
+
+
+def _describe(facts: Facts, node) -> str:
+    if isinstance(node, (ast.With, ast.AsyncWith)):
+        return facts.text(node.items[0].context_expr)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return f"@no_grad def {node.name}"
+    return facts.text(node, 40)
