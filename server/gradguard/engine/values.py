@@ -204,7 +204,16 @@ def holds_tensor(v: frozenset) -> bool:
 
 
 def map_tensors(v: frozenset, fn) -> frozenset:
-    """Apply `fn` to every tensor atom, also inside tuples (used to mark freed/dirty regions)."""
+    """Apply `fn` to every tensor atom, also inside tuples (used to mark freed/dirty regions).
+    Returns `v` itself when nothing changes (the common case, checked without allocating)."""
+    for a in v:
+        if isinstance(a, Tensor):
+            if fn(a) is not a:
+                break
+        elif isinstance(a, Tup):
+            break
+    else:
+        return v
     changed = False
     out = []
     for a in v:
