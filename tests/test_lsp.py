@@ -193,3 +193,33 @@ async def test_odd_documents_never_crash_the_server(push: LanguageClient, broken
     opened(push, broken)
     opened(push, BUGGY, uri=URI + "2")
     assert [d.code for d in await published(push, URI + "2")] == ["GG001"]
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def notebook_client(lsp_client: LanguageClient):
+    caps = client_capabilities("neovim@v0.7.0")
+    caps.notebook_document = types.NotebookDocumentClientCapabilities(
+        synchronization=types.NotebookDocumentSyncClientCapabilities())
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=caps))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_notebook_cells_are_analysed_together(notebook_client: LanguageClient):
+    """A tensor made in one cell and backpropagated twice in another: the diagnostic lands
+    on the second cell's line."""
+    nb = "file:///tmp/gradguard-lsp-test/train.ipynb"
+    cells = ["import torch\nx = torch.randn(3, requires_grad=True)\nloss = (x.exp() * 2).sum()\n",
+             "# markdown cells do not count\n",
+             "loss.backward()\nloss.backward()\n"]
+    kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup, types.NotebookCellKind.Code]
+    uris = [f"vscode-notebook-cell:/tmp/gradguard-lsp-test/train.ipynb#C{i}" for i in range(3)]
+    notebook_client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(uri=nb, notebook_type="jupyter-notebook", version=1, cells=[
+            types.NotebookCell(kind=k, document=u) for k, u in zip(kinds, uris)]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python" if k == types.NotebookCellKind.Code
+                                                    else "markdown", version=1, text=t)
+                             for u, k, t in zip(uris, kinds, cells)]))
+    diags = await published(notebook_client, uris[2])
+    assert [(d.code, d.range.start.line) for d in diags] == [("GG001", 1)]
+    assert notebook_client.diagnostics.get(uris[0]) == ()
