@@ -17,7 +17,6 @@ import ast
 import asyncio
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path

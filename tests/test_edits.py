@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gradguard.analysis import analyze
 from gradguard.edits import Replacement, apply, replacements
 from gradguard.findings import Edit, Fix, Span
@@ -124,7 +123,8 @@ def test_detach_multiline_expression_keeps_comments():
 
 def test_item_and_non_ascii_columns():
     src = "for é in range(3):\n    total += (λ * 2)  # ünïcode\n"
-    assert fixed(src, Edit("item", at(src, "λ * 2"))) == "for é in range(3):\n    total += ((λ * 2).item())  # ünïcode\n"
+    assert fixed(src, Edit("item", at(src, "λ * 2"))) == \
+        "for é in range(3):\n    total += ((λ * 2).item())  # ünïcode\n"
     src = "s = 'ü'; total += loss\n"
     assert fixed(src, Edit("item", at(src, "loss"))) == "s = 'ü'; total += loss.item()\n"
 
@@ -165,7 +165,8 @@ def test_crlf_is_kept():
     out = fixed(src, Edit("retain_graph", at(src, "loss.backward(\r\n    g)")))
     assert out == "import torch\r\nloss.backward(\r\n    g, retain_graph=True)  # x\r\nloss.backward()\r\n"
     out = fixed(src, Edit("no_grad", stmt(src, "loss.backward(\r\n")))
-    assert out == "import torch\r\nwith torch.no_grad():\r\n    loss.backward(\r\n        g)  # x\r\nloss.backward()\r\n"
+    assert out == \
+        "import torch\r\nwith torch.no_grad():\r\n    loss.backward(\r\n        g)  # x\r\nloss.backward()\r\n"
 
 
 # ----------------------------------------------------------------- no_grad
@@ -260,12 +261,14 @@ def test_detach_after_a_compound_statement_goes_after_all_of_it():
 
 def test_clone_retain_grad_zero_grad():
     src = "e = x.exp()\ne[0] = 0.0  # zero\n"
-    assert fixed(src, Edit("clone_before", stmt(src, "e[0]"), "e")) == "e = x.exp()\ne = e.clone()\ne[0] = 0.0  # zero\n"
+    assert fixed(src, Edit("clone_before", stmt(src, "e[0]"), "e")) == \
+        "e = x.exp()\ne = e.clone()\ne[0] = 0.0  # zero\n"
     src = "loss = c.sum()\nloss.backward()\n"
     assert fixed(src, Edit("retain_grad", stmt(src, "loss ="), "loss")) == \
         "loss = c.sum()\nloss.retain_grad()\nloss.backward()\n"
     src = "for i in r:\n    out = m(x)\n"
-    assert fixed(src, Edit("zero_grad", stmt(src, "out ="), "opt")) == "for i in r:\n    opt.zero_grad()\n    out = m(x)\n"
+    assert fixed(src, Edit("zero_grad", stmt(src, "out ="), "opt")) == \
+        "for i in r:\n    opt.zero_grad()\n    out = m(x)\n"
 
 
 def test_insert_after_the_last_line_without_newline():
@@ -318,7 +321,52 @@ def test_move_from_a_semicolon_line():
     assert out == "n += 1\nloss.backward()\nopt.step()\n"
 
 
+# ----------------------------------------------------------------- undoing a cut (GG004)
+@pytest.mark.parametrize("before, text, after", [
+    ("y = t.detach()  # copy\n", "t.detach()", "y = t  # copy\n"),
+    ("y = (a + b).detach() * c\n", "(a + b).detach()", "y = (a + b) * c\n"),
+    ("y = f(x.data, 1)\n", "x.data", "y = f(x, 1)\n"),
+    ("y = x.detach().clone()\n", "x.detach()", "y = x.clone()\n"),
+])
+def test_remove_detach(before, text, after):
+    assert fixed(before, Edit("remove_detach", at(before, text))) == after
+
+
+def test_remove_detach_refuses_other_expressions():
+    src = "x.data = y\nz = x.detach(0)\n"
+    for text in ("x.data", "x.detach(0)"):
+        assert replacements(src, Fix("t", (Edit("remove_detach", at(src, text)),))) == []
+
+
+def test_unwrap_dedents_the_body_and_keeps_comments():
+    src = ('def f():\n    with torch.no_grad():  # frozen\n        # forward\n        for b in bs:\n'
+           '            out = m(b,\n                    k)\n        s = """x\n        y"""\n    return out\n')
+    assert fixed(src, Edit("unwrap", stmt(src, "with torch"))) == (
+        'def f():\n    # frozen\n    # forward\n    for b in bs:\n        out = m(b,\n                k)\n'
+        '    s = """x\n        y"""\n    return out\n')
+    src = "with torch.no_grad(): loss = f(x)  # one\nloss.backward()\n"
+    assert fixed(src, Edit("unwrap", stmt(src, "with"))) == "loss = f(x)  # one\nloss.backward()\n"
+
+
+def test_delete_statements_and_decorators():
+    src = "import torch\n\n\n@torch.no_grad()\n@cache\ndef f(x):\n    return x\n"
+    assert fixed(src, Edit("delete", at(src, "torch.no_grad()"))) == \
+        "import torch\n\n\n@cache\ndef f(x):\n    return x\n"
+    src = "m = M()\nfor p in m.parameters():\n    p.requires_grad = False\nrun(m)\n"
+    assert fixed(src, Edit("delete", stmt(src, "for p"))) == "m = M()\nrun(m)\n"
+    src = "if freeze:\n    m.requires_grad_(False)  # all\nrun(m)\n"
+    assert fixed(src, Edit("delete", stmt(src, "m.requires"))) == "if freeze:\n    pass\nrun(m)\n"
+    src = "m = M(); m.requires_grad_(False)\n"
+    assert fixed(src, Edit("delete", stmt(src, "m.requires"))) == "m = M()\n"
+
+
 # ----------------------------------------------------------------- odd input
+def test_lone_carriage_returns():
+    src = "import torch\rif x:\r    w += 1\r"
+    assert fixed(src, Edit("no_grad", Span(3, 4, 3, 10))) == \
+        "import torch\rif x:\r    with torch.no_grad():\r        w += 1\r"
+
+
 @pytest.mark.parametrize("src, edit", [
     ("x = 1\n", Edit("detach", Span(9, 0, 9, 1))),                      # no such place
     ("x = (\n", Edit("detach", Span(1, 0, 1, 1))),                      # does not parse
@@ -382,9 +430,8 @@ print(json.dumps(oracle.run_all(sys.argv[2], sys.argv[3:])))
 
 def test_preferred_fixes_make_the_corpus_run(tmp_path):
     """Each positive's preferred fix, applied and run by the oracle (in a fresh interpreter:
-    it forks from a torch-loaded process, which must not be this pytest), must not raise
-    the predicted error and must run clean — for at least 90% of the positives that get a
-    fix.  Positives with no fix are listed, not counted: offering none is the rules' call."""
+    it forks from a torch-loaded process, which must not be this pytest), must make it run
+    clean — for at least 90% of the positives; one with no fix (or no edit) counts as failed."""
     oracle = CORPUS / "oracle.py"
     if importlib.util.find_spec("torch") is None or not oracle.exists():
         pytest.skip("the execution oracle needs torch and ../shared/corpus/oracle.py")
@@ -396,7 +443,7 @@ def test_preferred_fixes_make_the_corpus_run(tmp_path):
         source, finding = _predicted(case)
         fix = next((f for f in finding.fixes if f.preferred), None) if finding else None
         if fix is None:
-            rows[case["id"]] = ("(none)", "no fix offered")
+            rows[case["id"]] = ("(none)", "FAIL: no fix offered")
             continue
         reps = replacements(source, fix)
         if not reps:
@@ -406,8 +453,8 @@ def test_preferred_fixes_make_the_corpus_run(tmp_path):
         names[f"{case['id']}.py"] = (case, fix)
     env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONWARNINGS="ignore", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(oracle), str(tmp_path), *names], capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(oracle), str(tmp_path), *names], check=False,
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     passed = 0
@@ -418,5 +465,5 @@ def test_preferred_fixes_make_the_corpus_run(tmp_path):
         rows[case["id"]] = (fix.title, "clean" if ok else f"FAIL: {r['kind']} at line {r['line']}: {r['message']}")
     table = "\n".join(f"{k:28} {t[:64]:64} {o}" for k, (t, o) in sorted(rows.items()))
     print(table)
-    rate = passed / max(1, len(names) + sum(o.startswith("FAIL: no edit") for _, o in rows.values()))
+    rate = passed / max(1, len(rows))
     assert rate >= 0.9, f"{rate:.0%} of preferred fixes make their case run clean:\n{table}"

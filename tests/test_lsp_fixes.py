@@ -89,27 +89,28 @@ async def test_preferred_fixes_make_the_corpus_run(client: LanguageClient, tmp_p
         pytest.skip("running the fixed scripts needs torch")
     cases = positives()
     (tmp_path / "cases").mkdir()
-    problems = {}
+    unfixed, broken = {}, {}
     for case in cases:
         fixed, title, problem, _ = await preferred_fix(client, case)
         if problem:
-            problems[case["id"]] = problem
+            unfixed[case["id"]] = problem  # counts against the 90%: it does not run clean
             continue
         try:
             ast.parse(fixed)
         except SyntaxError as exc:
-            problems[case["id"]] = f"{title}: does not parse: {exc}"
+            broken[case["id"]] = f"{title}: does not parse: {exc}"
             continue
         (tmp_path / "cases" / f"{case['id']}.py").write_text(fixed, encoding="utf-8")
         case["title"] = title
-    assert not problems, problems
+    assert not broken, broken  # every fix offered must parse
     names = sorted(p.name for p in (tmp_path / "cases").glob("*.py"))
     env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(CORPUS / "oracle.py"), str(tmp_path), *names],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    outcome = {c["id"]: results[f"{c['id']}.py"] for c in cases}
+    outcome = {c["id"]: results.get(f"{c['id']}.py", {"kind": "no fix", "message": unfixed.get(c["id"], "")})
+               for c in cases}
     still = {k: v["kind"] for k, v in outcome.items() if v["kind"] == next(c["kind"] for c in cases if c["id"] == k)}
     clean = [k for k, v in outcome.items() if v["kind"] == "clean"]
     report = "\n".join(f"{c['id']}: {c.get('title')} -> {outcome[c['id']]['kind']} {outcome[c['id']]['message'][:90]}"

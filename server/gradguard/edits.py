@@ -26,11 +26,12 @@ from gradguard.findings import Edit, Fix, Span
 
 __all__ = ["Replacement", "apply", "replacements"]
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # where the tokenizer ends lines (str.splitlines also splits on \f, \x1c, ...)
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # where the tokenizer ends lines (not str.splitlines: \f, \x1c, ...)
 # In-place Tensor methods whose name without `_` is no Tensor method (checked against torch 2.13).
-_NO_OUT_OF_PLACE = frozenset(
-    "apply_ cauchy_ copy_ exponential_ fill_ fill_diagonal_ geometric_ log_normal_ map2_ map_ normal_ random_ "
-    "requires_grad_ resize_as_sparse_ set_ share_memory_ sparse_resize_ sparse_resize_and_clear_ uniform_ zero_".split())
+_NO_OUT_OF_PLACE = frozenset((
+    "apply_", "cauchy_", "copy_", "exponential_", "fill_", "fill_diagonal_", "geometric_", "log_normal_", "map2_",
+    "map_", "normal_", "random_", "requires_grad_", "resize_as_sparse_", "set_", "share_memory_", "sparse_resize_",
+    "sparse_resize_and_clear_", "uniform_", "zero_"))
 _PREC = {ast.BitOr: 1, ast.BitXor: 2, ast.BitAnd: 3, ast.LShift: 4, ast.RShift: 4, ast.Add: 5, ast.Sub: 5,
          ast.Mult: 6, ast.MatMult: 6, ast.Div: 6, ast.FloorDiv: 6, ast.Mod: 6, ast.Pow: 8}
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.List, cst.ListComp, cst.Dict, cst.DictComp,
@@ -48,23 +49,21 @@ def replacements(source: str, fix: Fix) -> list[Replacement]:
     cannot be made safely (then the server offers nothing rather than a broken edit)."""
     try:
         doc = _doc(source)
-        reps: list[Replacement] = []
+        changes: list = []  # (replacement, (first, last) lines to check it parses, None: the whole file)
         wraps = [e for e in fix.edits if e.kind == "no_grad"]
         if wraps:
-            reps += _no_grad(doc, wraps) or [None]
+            changes += _no_grad(doc, wraps) or [(None, None)]
         for e in fix.edits:
             if e.kind != "no_grad":
                 handler = _HANDLERS.get(e.kind)
-                reps += (handler(doc, e) if handler else None) or [None]
-        if not reps or None in reps:
+                changes += (handler(doc, e) if handler else None) or [(None, None)]
+        if not changes or any(r is None for r, _ in changes):
             return []
-        reps = _merged(reps)
-        if reps:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ast.parse(apply(source, reps))
-        return reps or []
-    except Exception:  # odd input (or a libcst/ast limit): offer nothing
+        reps = _merged([r for r, _ in changes])
+        if not reps or not _parses(doc, source, reps, [region for _, region in changes]):
+            return []
+        return reps
+    except Exception:  # noqa: BLE001 -- odd input (or a libcst/ast limit): offer nothing, never raise
         return []
 
 
@@ -164,7 +163,7 @@ def _path(doc: _Doc, sp: Span, kinds) -> list | None:
         for child in ast.iter_child_nodes(node):
             if getattr(child, "end_lineno", None) is not None:
                 s = doc.span(child)
-                if s[:2] > key[:2] or s[2:] < key[2:]:
+                if (min(s[0], _start(child)), s[1] if _start(child) == s[0] else 0) > key[:2] or s[2:] < key[2:]:
                     continue
                 path.append(child)
                 if s == key and isinstance(child, kinds):
@@ -368,15 +367,17 @@ def _targets(doc: _Doc, site: _Site, module, body, first: int):
     return (), small
 
 
-def _rewrite(doc: _Doc, site: _Site, op, first: int | None = None, last: int | None = None) -> Replacement | None:
+def _rewrite(doc: _Doc, site: _Site, op, first: int | None = None, last: int | None = None) -> tuple:
     first = site.first if first is None else first
     last = site.last if last is None else last
     prefix, module, body = _parse_site(doc, first, last)
     lines, small = _targets(doc, site, module, body, first)
     code = module.visit(_Apply(lines, small, op, doc.unit)).code
     if not code.startswith(prefix):
-        return None
-    return _diff(doc, first, "".join(doc.lines[first - 1:last]), code[len(prefix):])
+        return None, None
+    if doc.eol(last) and not code.endswith(("\n", "\r")):
+        code += doc.eol(last)  # libcst drops a final lone "\r"
+    return _diff(doc, first, "".join(doc.lines[first - 1:last]), code[len(prefix):]), (first, last)
 
 
 def _diff(doc: _Doc, first: int, old: str, new: str) -> Replacement | None:
@@ -447,18 +448,18 @@ def _no_grad(doc: _Doc, edits: list) -> list | None:
         return [cst.With(items=[cst.WithItem(item=ctx)], body=cst.IndentedBlock(body=inner, indent=doc.unit),
                          leading_lines=stmts[0].leading_lines)]
 
-    reps, run = [], []
+    changes, run = [], []
     for path, site in sites + [(None, None)]:
         if run and (site is None or site.mode != "line" or run[-1].mode != "line" or site.seq is not run[-1].seq
                     or _index(site) != _index(run[-1]) + 1):
-            reps.append(_rewrite(doc, run[0], wrap, last=run[-1].last))
+            changes.append(_rewrite(doc, run[0], wrap, last=run[-1].last))
             run = []
         if site is not None:
             run.append(site)
     if needs_import:
         top = next(s for s in doc.tree.body if _start(s) <= sites[0][1].first and s.end_lineno >= sites[0][1].last)
-        reps.append(_import_torch(doc, top))
-    return reps
+        changes.append(_import_torch(doc, top))
+    return changes
 
 
 def _index(site: _Site) -> int:
@@ -492,7 +493,7 @@ def _grad_off(doc: _Doc) -> tuple[str, bool]:
     return "torch.no_grad()", True
 
 
-def _import_torch(doc: _Doc, top: ast.stmt) -> Replacement:
+def _import_torch(doc: _Doc, top: ast.stmt) -> tuple:
     """`import torch` after the last top-level import before `top` (else after the module
     docstring and `from __future__` imports, else before `top`)."""
     body = doc.tree.body
@@ -506,11 +507,16 @@ def _import_torch(doc: _Doc, top: ast.stmt) -> Replacement:
                 break
             anchor = s
     if anchor is None:
-        return Replacement(Span(_start(top), 0, _start(top), 0), "import torch" + doc.newline)
-    n = anchor.end_lineno
+        n = _start(top)
+        return Replacement(Span(n, 0, n, 0), "import torch" + doc.newline), (n, top.end_lineno)
+    site = _site(doc, [doc.tree, anchor])
+    if site is None:
+        return None, None
+    n = site.last  # after the whole line: `import os; x = (...)` may go on
     if doc.eol(n):
-        return Replacement(Span(n + 1, 0, n + 1, 0), "import torch" + doc.newline)
-    return Replacement(Span(n, len(doc.text(n)), n, len(doc.text(n))), doc.newline + "import torch")
+        return Replacement(Span(n + 1, 0, n + 1, 0), "import torch" + doc.newline), (site.first, n)
+    end = len(doc.text(n))
+    return Replacement(Span(n, end, n, end), doc.newline + "import torch"), (site.first, n)
 
 
 def _move(doc: _Doc, e: Edit) -> list | None:
@@ -520,19 +526,66 @@ def _move(doc: _Doc, e: Edit) -> list | None:
     if found is None or dest is None:
         return None
     _, site = found
+    _, module, body = _parse_site(doc, site.first, site.last)
     if site.mode == "line":
-        prefix, module, body = _parse_site(doc, site.first, site.last)
         moved = _with_indents(body[-1].with_changes(leading_lines=()), module.default_indent)
-        old = "".join(doc.lines[site.first - 1:site.last])
-        new = "" if len(site.seq) > 1 else doc.indent(site.stmt.lineno) + "pass" + (doc.eol(site.last) or "")
-        removal = _diff(doc, site.first, old, new)
     else:
-        prefix, module, body = _parse_site(doc, site.first, site.last)
         small = _targets(doc, site, module, body, site.first)[1]
         moved = cst.SimpleStatementLine(body=[_with_indents(small, module.default_indent)
                                               .with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
-        removal = _rewrite(doc, site, lambda stmts: [])
+    removal = _removal(doc, site)
     return [removal, *_insert_stmt(doc, dest[1], moved, after=e.kind == "move_after")]
+
+
+def _removal(doc: _Doc, site: _Site) -> tuple:
+    """Delete the statement: its whole lines (with their comments), `pass` if its block empties."""
+    if site.mode != "line":
+        return _rewrite(doc, site, lambda stmts: [])
+    old = "".join(doc.lines[site.first - 1:site.last])
+    empties = len(site.seq) == 1 and not isinstance(site.parent, ast.Module)
+    new = doc.indent(site.stmt.lineno) + "pass" + (doc.eol(site.last) or "") if empties else ""
+    return _diff(doc, site.first, old, new), (site.first, site.last)
+
+
+def _delete(doc: _Doc, e: Edit):
+    """Delete the statement at `span`, or the decorator at `span` from its function or class."""
+    path = _path(doc, e.span, (ast.stmt, ast.expr))
+    if path is None:
+        return None
+    node, owner = path[-1], path[-2]
+    if isinstance(node, ast.stmt):
+        site = _site(doc, path)
+        return [_removal(doc, site)] if site else None
+    k = next((k for k, d in enumerate(getattr(owner, "decorator_list", ())) if d is node), None)
+    site = _site(doc, path[:-1]) if k is not None else None
+    if site is None or site.mode != "line":
+        return None
+
+    def op(stmts):
+        d = stmts[-1]
+        return [*stmts[:-1], d.with_changes(decorators=[x for i, x in enumerate(d.decorators) if i != k])]
+    return [_rewrite(doc, site, op)]
+
+
+def _unwrap(doc: _Doc, e: Edit):
+    """Replace the `with` statement at `span` by its body, dedented (libcst re-indents it);
+    a comment on the `with` line is kept above the body."""
+    found = _statement(doc, e.span)
+    if found is None or not isinstance(found[1].stmt, (ast.With, ast.AsyncWith)) or found[1].mode != "line":
+        return None
+
+    def op(stmts):
+        w = stmts[-1]
+        if isinstance(w.body, cst.SimpleStatementSuite):
+            inner = [cst.SimpleStatementLine(body=w.body.body, trailing_whitespace=w.body.trailing_whitespace)]
+            lead = list(w.leading_lines)
+        else:
+            inner = list(w.body.body)
+            comment = w.body.header.comment
+            lead = [*w.leading_lines, *([cst.EmptyLine(comment=comment)] if comment else [])]
+        inner[0] = inner[0].with_changes(leading_lines=[*lead, *inner[0].leading_lines])
+        return [*stmts[:-1], *inner]
+    return [_rewrite(doc, found[1], op)]
 
 
 # ----------------------------------------------------------------- expression edits
@@ -556,8 +609,28 @@ def _method(name: str):
         if not (expr.lpar or isinstance(expr, _ATOMS)):
             expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         new = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name(name)))
-        return [Replacement(e.span, module.code_for_node(new))]
+        return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
     return handler
+
+
+def _remove_detach(doc: _Doc, e: Edit):
+    """`X.detach()` or `X.data` becomes `X` (with X's own parentheses, so `(a + b).detach() * c`
+    stays `(a + b) * c`)."""
+    found = _expression(doc, e.span, (ast.Call, ast.Attribute))
+    if found is None:
+        return None
+    path, module, expr = found
+    node = path[-1]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+            and not node.args and not node.keywords and isinstance(expr, cst.Call) \
+            and isinstance(expr.func, cst.Attribute):
+        inner = expr.func.value
+    elif isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load) \
+            and isinstance(expr, cst.Attribute):
+        inner = expr.value
+    else:
+        return None
+    return [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
 
 
 def _retain_graph(doc: _Doc, e: Edit):
@@ -596,7 +669,7 @@ def _retain_graph(doc: _Doc, e: Edit):
         elif args:
             args[-1] = last.with_changes(comma=space)
         args.append(new)
-    return [Replacement(e.span, module.code_for_node(call.with_changes(args=args)))]
+    return [(Replacement(e.span, module.code_for_node(call.with_changes(args=args))), _region(doc, path))]
 
 
 def _retain_slot(doc: _Doc, call: ast.Call) -> int | None:
@@ -615,7 +688,7 @@ def _out_of_place(doc: _Doc, e: Edit):
     if path is None:
         return None
     if isinstance(path[-1], ast.AugAssign):
-        return _out_of_place_aug(doc, e.span, path[-1])
+        return _out_of_place_aug(doc, e.span, path)
     _, module, node = _expression(doc, e.span, ast.Call)
     call, stmt = path[-1], path[-2]
     if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call.func, ast.Attribute)
@@ -635,10 +708,11 @@ def _out_of_place(doc: _Doc, e: Edit):
         return None
     value = node.with_changes(func=node.func.with_changes(attr=cst.Name(name[:-1])))
     new = cst.Assign(targets=[cst.AssignTarget(target.with_changes(lpar=[], rpar=[]))], value=value)
-    return [Replacement(e.span, module.code_for_node(new))]
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
 
 
-def _out_of_place_aug(doc: _Doc, sp: Span, aug: ast.AugAssign):
+def _out_of_place_aug(doc: _Doc, sp: Span, path: list):
+    aug = path[-1]
     if not isinstance(aug.target, (ast.Name, ast.Attribute)):
         return None  # `x[i] += y` as `x[i] = x[i] + y` would still write x in place
     module = cst.parse_module(doc.segment(sp) + doc.newline)
@@ -651,7 +725,7 @@ def _out_of_place_aug(doc: _Doc, sp: Span, aug: ast.AugAssign):
     new = cst.Assign(targets=[cst.AssignTarget(node.target, whitespace_before_equal=op.whitespace_before,
                                                whitespace_after_equal=op.whitespace_after)],
                      value=cst.BinaryOperation(left=node.target, operator=binop, right=value))
-    return [Replacement(sp, module.code_for_node(new))]
+    return [(Replacement(sp, module.code_for_node(new)), _region(doc, path))]
 
 
 def _needs_parens(value: ast.expr, op: ast.operator) -> bool:
@@ -698,6 +772,49 @@ def _merged(reps: list[Replacement]) -> list[Replacement] | None:
     return out
 
 
+def _region(doc: _Doc, path: list) -> tuple | None:
+    """The lines of the statement holding the node at the end of `path`, to check alone."""
+    k = max(i for i, n in enumerate(path) if isinstance(n, ast.stmt))
+    while k > 1 and _is_elif(doc, path[k - 1], path[k]):
+        k -= 1
+    site = _site(doc, path[:k + 1])
+    return (site.first, site.last) if site else None
+
+
+def _parses(doc: _Doc, source: str, reps: list[Replacement], regions: list) -> bool:
+    """Whether the edited file parses, checked on the rewritten statements alone (each
+    under a header for its indentation): `ast.parse` of a 5,000-line file takes ~40 ms."""
+    merged: list = []
+    for region in sorted(regions, key=lambda r: (r is None, r or ())):
+        if region is None:
+            merged = None
+            break
+        a, b = region
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    texts, covered = [], 0
+    for a, b in merged or ():
+        inside = [r for r in reps if (r.span.line, r.span.column) >= (a, 0)
+                  and (r.span.end_line, r.span.end_column) <= (b + 1, 0)]
+        covered += len(inside)
+        shifted = [Replacement(Span(r.span.line - a + 1, r.span.column, r.span.end_line - a + 1, r.span.end_column),
+                               r.text) for r in inside]
+        text = apply("".join(doc.lines[a - 1:b]), shifted)  # `pass`: a moved statement may leave nothing
+        texts.append(("if True:\n" if doc.indent(a) else "") + text + "\n" + doc.indent(a) + "pass\n")
+    if merged is None or covered != len(reps):
+        texts = [apply(source, reps)]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for text in texts:
+                ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
 _HANDLERS = {
     "detach": _method("detach"),
     "item": _method("item"),
@@ -710,4 +827,7 @@ _HANDLERS = {
     "zero_grad": _insert("{name}.zero_grad()", after=False),
     "move_into_loop": _move,
     "move_after": _move,
+    "remove_detach": _remove_detach,
+    "unwrap": _unwrap,
+    "delete": _delete,
 }

@@ -302,7 +302,26 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
 
 # ----------------------------------------------------------------- other rules
 def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
-    return ranked([Fix("Wrap it in `with torch.no_grad():`", (edit(facts, "no_grad", statement_of(facts, node)),))])
+    """Wrap the in-place statement, with the flagged statements next to it, in no_grad; a
+    loop whose body is all such statements is wrapped whole (a weight-editing loop)."""
+    flagged = {statement_of(facts, f.node) for f in facts.inplaces.values() if f.leaf_requires_grad}
+    run = [statement_of(facts, node)]
+    while True:
+        parent = facts.parents.get(run[0])
+        body = next((seq for field in ("body", "orelse", "finalbody")
+                     if isinstance(seq := getattr(parent, field, None), list) and run[0] in seq), None)
+        if body is None:
+            break
+        first, last = body.index(run[0]), body.index(run[-1])
+        while first > 0 and body[first - 1] in flagged:
+            first -= 1
+        while last + 1 < len(body) and body[last + 1] in flagged:
+            last += 1
+        run = body[first:last + 1]
+        if run != parent.body or not isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) or parent.orelse:
+            break
+        run = [parent]
+    return ranked([Fix("Wrap it in `with torch.no_grad():`", tuple(edit(facts, "no_grad", s) for s in run))])
 
 
 def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
