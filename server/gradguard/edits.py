@@ -561,9 +561,15 @@ def _delete(doc: _Doc, e: Edit):
     if site is None or site.mode != "line":
         return None
 
-    def op(stmts):
+    def op(stmts):  # the comments above the decorator stay, above what follows it
         d = stmts[-1]
-        return [*stmts[:-1], d.with_changes(decorators=[x for i, x in enumerate(d.decorators) if i != k])]
+        decorators, kept = list(d.decorators), d.decorators[k].leading_lines
+        del decorators[k]
+        if k < len(decorators):
+            decorators[k] = decorators[k].with_changes(leading_lines=[*kept, *decorators[k].leading_lines])
+            return [*stmts[:-1], d.with_changes(decorators=decorators)]
+        return [*stmts[:-1], d.with_changes(decorators=decorators,
+                                             lines_after_decorators=[*kept, *d.lines_after_decorators])]
     return [_rewrite(doc, site, op)]
 
 

@@ -29,9 +29,18 @@ def has_sink(text: str) -> bool:
 
 
 def module_like(source: str, methods) -> frozenset:
-    """Receivers (`model`, `self.net`) on which the text calls a method only nn.Modules have."""
-    names = "|".join(sorted(methods))
-    return frozenset(m.group(1) for m in re.finditer(r"([A-Za-z_][\w.]*)\s*\.\s*(?:" + names + r")\s*\(", source))
+    """Receivers (`model`, `self.net`) on which the text calls a method only nn.Modules have.
+    The method names are searched first and the receiver read backwards from each match
+    (a pattern starting at every identifier would be slow on large files)."""
+    calls = re.compile(r"\.\s*(?:" + "|".join(sorted(methods)) + r")\s*\(")
+    receiver = re.compile(r"([A-Za-z_][\w.]*)\s*$")
+    out = set()
+    for m in calls.finditer(source):
+        line_start = source.rfind("\n", 0, m.start()) + 1
+        found = receiver.search(source, line_start, m.start())
+        if found:
+            out.add(found.group(1))
+    return frozenset(out)
 
 
 def worth_analysing(source: str) -> bool:

@@ -60,27 +60,43 @@ class Frame:
         self.events = []  # per loop: set of "backward" / "step" / "zero_grad" events
 
 
-def _local_names(func) -> set:
-    names = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} if hasattr(func, "args") else set()
-    for node in _walk_own(func):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not func:
+def _scope(func) -> tuple[frozenset, frozenset]:
+    """(local names, names declared global/nonlocal) of a function, from its statements alone:
+    assignment, loop, `with`, `except` and import targets, nested definitions.  Expressions
+    are not walked (a walrus target is not seen as local), which keeps this cheap."""
+    args = func.args
+    names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    declared: set = set()
+    if isinstance(func, ast.Lambda):
+        return frozenset(names), frozenset()
+    stack = list(func.body)
+    while stack:
+        node = stack.pop()
+        targets = ()
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+            continue
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.add((alias.asname or alias.name).split(".")[0])
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
-    return names
-
-
-def _global_names(func) -> frozenset:
-    out = set()
-    for node in _walk_own(func):
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            out.update(node.names)
-    return frozenset(out)
+        for t in targets:
+            names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            seq = getattr(node, field, None)
+            if isinstance(seq, list):
+                stack.extend(seq)
+    return frozenset(names - declared), frozenset(declared)
 
 
 def _walk_own(func):
@@ -156,9 +172,9 @@ class Interpreter(Expressions, TorchSemantics):
         """(local names, names declared global, is a generator) of a function, computed once."""
         cached = self.func_names.get(func)
         if cached is None:
-            glob = _global_names(func)
-            local = frozenset() if isinstance(func, ast.Lambda) else frozenset(_local_names(func) - glob)
-            cached = self.func_names[func] = (local, glob, _is_generator(func))
+            local, glob = _scope(func)
+            text = "\n".join(self.lines[func.lineno - 1: getattr(func, "end_lineno", func.lineno)])
+            cached = self.func_names[func] = (local, glob, "yield" in text and _is_generator(func))
         return cached
 
     def check_time(self):
@@ -180,8 +196,11 @@ class Interpreter(Expressions, TorchSemantics):
             v = st.get_attr(fr.class_obj.id, name)
             if v is not None:
                 return v
+        v = st.env.get(name)  # a local, or a comprehension's variable
+        if v is not None:
+            return v
         if not fr.is_module and name in fr.locals:
-            return st.env.get(name, EMPTY)
+            return EMPTY
         v = st.get_attr(GLOBALS, name)
         if v is not None:
             return v

@@ -1,10 +1,12 @@
-"""Which text was analysed, and when: debounced, cancellable analyses per document.
+"""Which text was analysed, and when: one worker per document, coalescing changes.
 
-Every change schedules an analysis of the document's text *at that version* after a short
-quiet period; a newer change cancels the pending one, and a result whose version the editor
-no longer has is dropped, so diagnostics never describe text the user cannot see.  The
-analysis runs in a worker thread (it is pure Python and CPU-bound); the event loop stays free
-to read the next change.
+A change records the document's text *at that version*; if no analysis of the document is
+running, one starts after a very short pause (a burst of keystrokes arrives together and is
+analysed once).  Changes that arrive while an analysis runs replace each other: when it
+finishes, its result is dropped if a newer text is waiting, and that text is analysed next.
+So the worker never falls behind, and diagnostics never describe text the editor no longer
+has.  The analysis runs in a worker thread (it is pure Python and CPU-bound); the event
+loop stays free to read the next change.
 """
 from __future__ import annotations
 
@@ -32,12 +34,13 @@ class Analysed:
 @dataclass
 class DocState:
     good: Analysed | None = None  # the last result without a syntax error
-    pending: asyncio.Task | None = None
+    request: tuple | None = None  # the newest text not yet analysed: (version, text, path, on_done, cells)
+    worker: asyncio.Task | None = None
     waiters: list = field(default_factory=list)
 
 
 class Analyses:
-    def __init__(self, debounce: float = 0.03, log_error=print):
+    def __init__(self, debounce: float = 0.005, log_error=print):
         self.debounce = debounce
         self.log_error = log_error
         self.docs: dict[str, DocState] = {}
@@ -65,34 +68,34 @@ class Analyses:
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, uri: str, version: int | None, text: str, path: str | None, on_done, cells=()) -> None:
-        """Analyse `text` (version `version`) after the debounce; `on_done(uri, version,
-        checked, config_problem)` runs for this version unless a newer change superseded it.
-        `cells` maps a joined notebook's lines to its cells."""
+        """Analyse `text` (version `version`) soon; `on_done(uri, version, checked,
+        config_problem)` runs for it unless a newer text superseded it.  `cells` maps a
+        joined notebook's lines to its cells."""
         state = self.docs.setdefault(uri, DocState())
-        if state.pending is not None:
-            state.pending.cancel()
-        state.pending = asyncio.ensure_future(self._run(uri, version, text, path, on_done, cells))
+        state.request = (version, text, path, on_done, cells)
+        if state.worker is None or state.worker.done():
+            state.worker = asyncio.ensure_future(self._work(uri, state))
 
-    async def _run(self, uri, version, text, path, on_done, cells):
-        try:
-            await asyncio.sleep(self.debounce)
+    async def _work(self, uri: str, state: DocState) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(self.debounce)
+        while state.request is not None:
+            version, text, path, on_done, cells = state.request
+            state.request = None
             config, problem = self.config_for(path)
-            loop = asyncio.get_running_loop()
             checked = await loop.run_in_executor(
                 self.pool, functools.partial(check_source, text, path or uri, config, cells=cells))
-        except asyncio.CancelledError:
-            return
-        state = self.docs.get(uri)
-        if state is None or state.pending is not asyncio.current_task():
-            return  # closed or superseded meanwhile
-        state.pending = None
-        if not checked.error or checked.internal or "syntax error" not in checked.error:
-            self._counter += 1
-            state.good = Analysed(version, text, checked, f"{version}-{self._counter}")
-        try:
-            on_done(uri, version, checked, problem)
-        except Exception:  # a bug in publishing must not kill the document's analyses
-            self.log_error(f"gradguard: internal error while publishing {uri}:\n{traceback.format_exc()}")
+            if self.docs.get(uri) is not state:
+                return  # closed meanwhile
+            if state.request is not None:
+                continue  # superseded: the newer text is analysed next, this result is dropped
+            if not checked.error or checked.internal or "syntax error" not in checked.error:
+                self._counter += 1
+                state.good = Analysed(version, text, checked, f"{version}-{self._counter}")
+            try:
+                on_done(uri, version, checked, problem)
+            except Exception:  # a bug in publishing must not kill the document's analyses
+                self.log_error(f"gradguard: internal error while publishing {uri}:\n{traceback.format_exc()}")
         for waiter in state.waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -103,7 +106,7 @@ class Analyses:
         state = self.docs.get(uri)
         if state is None:
             return None
-        if state.pending is not None and not state.pending.done():
+        if state.worker is not None and not state.worker.done():
             waiter = asyncio.get_running_loop().create_future()
             state.waiters.append(waiter)
             await waiter
@@ -111,5 +114,5 @@ class Analyses:
 
     def close(self, uri: str) -> None:
         state = self.docs.pop(uri, None)
-        if state is not None and state.pending is not None:
-            state.pending.cancel()
+        if state is not None and state.worker is not None:
+            state.worker.cancel()
