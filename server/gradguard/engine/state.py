@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.values import Tensor, holds_tensor, join, map_tensors, tri_join
+from gradguard.engine.values import Tensor, join, map_tensors, tri_join
 
 GLOBALS = ("<module>",)
 
@@ -78,9 +78,7 @@ def join_states(a: State | None, b: State | None) -> State | None:
 
 
 def _rewrite(st: State, fn, env_only: bool) -> None:
-    """Apply `fn` to every tensor atom held in the state (the env, and the heap unless `env_only`).
-    Heap objects without tensors (functions, modules' plain attributes) are remembered and
-    skipped: a backward rewrites only what can change."""
+    """Apply `fn` to every tensor atom held in the state (the env, and the heap unless `env_only`)."""
     for k, v in st.env.items():
         w = map_tensors(v, fn)
         if w is not v:
@@ -88,8 +86,6 @@ def _rewrite(st: State, fn, env_only: bool) -> None:
     if env_only:
         return
     for oid, attrs in st.heap.items():
-        if id(attrs) in _TENSORLESS and _TENSORLESS[id(attrs)] is attrs:
-            continue
         new = None
         for name, v in attrs.items():
             w = map_tensors(v, fn)
@@ -99,14 +95,6 @@ def _rewrite(st: State, fn, env_only: bool) -> None:
                 new[name] = w
         if new is not None:
             st.heap[oid] = new
-        elif not any(holds_tensor(v) for v in attrs.values()):
-            if len(_TENSORLESS) > 100000:
-                _TENSORLESS.clear()
-            _TENSORLESS[id(attrs)] = attrs
-
-
-# Attribute dicts known to hold no tensor, by identity (they are never mutated in place).
-_TENSORLESS: dict = {}
 
 
 def _mark(st: State, regions: frozenset, flag: str, env_only: bool) -> None:

@@ -199,10 +199,6 @@ def join_all(values: Iterable[frozenset]) -> frozenset:
     return out
 
 
-def holds_tensor(v: frozenset) -> bool:
-    return any(isinstance(a, Tensor) or (isinstance(a, Tup) and any(holds_tensor(i) for i in a.items)) for a in v)
-
-
 def map_tensors(v: frozenset, fn) -> frozenset:
     """Apply `fn` to every tensor atom, also inside tuples (used to mark freed/dirty regions).
     Returns `v` itself when nothing changes (the common case, checked without allocating)."""
