@@ -352,6 +352,8 @@ def test_delete_statements_and_decorators():
     src = "import torch\n\n\n@torch.no_grad()\n@cache\ndef f(x):\n    return x\n"
     assert fixed(src, Edit("delete", at(src, "torch.no_grad()"))) == \
         "import torch\n\n\n@cache\ndef f(x):\n    return x\n"
+    src = "@a\n# why b\n@b\ndef f(x):\n    return x\n"  # the comment above a deleted decorator stays
+    assert fixed(src, Edit("delete", at(src, "b", 1))) == "@a\n# why b\ndef f(x):\n    return x\n"
     src = "m = M()\nfor p in m.parameters():\n    p.requires_grad = False\nrun(m)\n"
     assert fixed(src, Edit("delete", stmt(src, "for p"))) == "m = M()\nrun(m)\n"
     src = "if freeze:\n    m.requires_grad_(False)  # all\nrun(m)\n"

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from gradguard.findings import Span
 
 
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 class Positions:
     def __init__(self, source: str):
-        self.lines = source.splitlines()
+        # Python's line breaks only: str.splitlines() also breaks at \f, \v, \x1c-\x1e, \x85, \u2028...
+        self.lines = LINE_BREAK.split(source)
 
     def column(self, line: int, byte_col: int) -> int:
         if not 0 < line <= len(self.lines):

@@ -141,6 +141,8 @@ class TorchSemantics:
             others = [v for p, v in bound.items() if p != "self"]
             return self.inplace(node, bound_nodes.get("self"), self_val, others, st, info)
         inputs = [v for v in bound.values() if tensor_of(v) is not None or any(isinstance(a, Unknown) for a in v)]
+        if not info.known and any(isinstance(a, Obj) for v in [*args, *kwargs.values()] for a in v):
+            inputs.append(UNKNOWN)  # an unknown op given a module, list or dict may reach tensors inside it
         if not info.differentiable:
             return self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
@@ -604,6 +606,8 @@ class TorchSemantics:
                     self.facts.grad_inputs.add(self.facts.text(n))
         self.backward(node, root, outs, retain if retain is not None else None, st)
         t = tensor_of(outs)
+        if create and t is None:
+            return UNKNOWN  # gradients with a graph, of outputs the engine does not see
         if create and t is not None:
             inputs = kwargs.get("inputs") or (args[1] if len(args) > 1 else UNKNOWN)
             grads = self.op_result(node, K.resolve("autograd_grad"), {}, [outs, self.iter_elements(inputs, st)],
@@ -616,7 +620,7 @@ class TorchSemantics:
     def call_builtin(self, name, args, kwargs, st, node):
         a0 = args[0] if args else UNKNOWN
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
-            return frozenset({Num()})
+            return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
             nonempty = len(args) == 1 and any(isinstance(a, Const) and isinstance(a.value, int) and a.value > 0
                                               for a in a0) and len(a0) == 1
@@ -643,7 +647,7 @@ class TorchSemantics:
             elems = self.iter_elements(a0, st)
             if tensor_of(elems) is not None:
                 return self.apply_op("add", node, [elems, elems], {}, st)
-            return frozenset({Num()})
+            return frozenset({Num()}) if self.kind(elems) == "number" else UNKNOWN
         if name in ("min", "max"):
             vals = args if len(args) > 1 else [self.iter_elements(a0, st)]
             return join_all(vals)
