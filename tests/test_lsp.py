@@ -223,3 +223,18 @@ async def test_notebook_cells_are_analysed_together(notebook_client: LanguageCli
     diags = await published(notebook_client, uris[2])
     assert [(d.code, d.range.start.line) for d in diags] == [("GG001", 1)]
     assert notebook_client.diagnostics.get(uris[0]) == ()
+
+
+async def test_notebook_cells_are_pulled_too(pull: LanguageClient):
+    nb = "file:///tmp/gradguard-lsp-test/pulled.ipynb"
+    uris = [f"vscode-notebook-cell:/tmp/gradguard-lsp-test/pulled.ipynb#C{i}" for i in range(2)]
+    cells = ["import torch\nx = torch.randn(3, requires_grad=True)\nloss = (x.exp() * 2).sum()\n",
+             "loss.backward()\nloss.backward()\n"]
+    pull.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(uri=nb, notebook_type="jupyter-notebook", version=1, cells=[
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
+                             for u, t in zip(uris, cells)]))
+    report = await pull.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=types.TextDocumentIdentifier(uri=uris[1])))
+    assert [(d.code, d.range.start.line) for d in report.items] == [("GG001", 1)]

@@ -31,6 +31,7 @@ class GradGuardServer(LanguageServer):
         self.analyses = Analyses(log_error=lambda message: self.log(message, types.MessageType.Error))
         self.pull = False  # the client asks for diagnostics (textDocument/diagnostic) instead of receiving them
         self.resolvable = False  # the client resolves code actions' edits lazily
+        self.cells: dict[str, list[str]] = {}  # notebook URI -> its cells' URIs, as last analysed
 
     # ------------------------------------------------------------------ helpers
     def log(self, message: str, kind=types.MessageType.Log) -> None:
@@ -42,7 +43,7 @@ class GradGuardServer(LanguageServer):
         if notebook is not None:
             text, starts, uris = notebooks.joined(self.workspace, notebook)
             self.analyses.schedule(notebook.uri, notebook.version, text, _path(notebook.uri),
-                                   lambda _uri, _version, checked, _problem: self.done_notebook(uris, checked),
+                                   lambda nb_uri, _version, checked, _problem: self.done_notebook(nb_uri, uris, checked),
                                    cells=starts)
             return
         doc = self.workspace.get_text_document(uri)
@@ -58,12 +59,24 @@ class GradGuardServer(LanguageServer):
         if not self.pull:
             self.publish(uri, version)
 
-    def done_notebook(self, uris: list[str], checked: Checked) -> None:
+    def done_notebook(self, notebook_uri: str, uris: list[str], checked: Checked) -> None:
         if checked.error:
             self.log(f"gradguard: {checked.error}")
             return
+        self.cells[notebook_uri] = uris
+        if self.pull:
+            return  # the editor pulls each cell's diagnostics
         for cell_uri, items in notebooks.diagnostics(self.workspace, checked, uris).items():
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=items))
+
+    async def cell_diagnostics(self, cell_uri: str, notebook) -> list[types.Diagnostic]:
+        if notebook.uri not in self.analyses.docs:
+            self.analyse(cell_uri)
+        good = await self.analyses.settled(notebook.uri)
+        uris = self.cells.get(notebook.uri)
+        if good is None or uris is None or good.version != notebook.version:
+            return []
+        return notebooks.diagnostics(self.workspace, good.checked, uris).get(cell_uri, [])
 
     def diagnostics(self, uri: str) -> list[types.Diagnostic]:
         state = self.analyses.docs.get(uri)
@@ -175,6 +188,9 @@ def notebook_close(ls: GradGuardServer, params: types.DidCloseNotebookDocumentPa
 @server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, PULL)
 async def pull_diagnostics(ls: GradGuardServer, params: types.DocumentDiagnosticParams):
     uri = params.text_document.uri
+    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
+    if notebook is not None:
+        return types.RelatedFullDocumentDiagnosticReport(items=await ls.cell_diagnostics(uri, notebook))
     if uri not in ls.analyses.docs:
         ls.analyse(uri)
     good = await ls.analyses.settled(uri)
