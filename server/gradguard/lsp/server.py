@@ -43,7 +43,7 @@ class GradGuardServer(LanguageServer):
         if notebook is not None:
             text, starts, uris = notebooks.joined(self.workspace, notebook)
             self.analyses.schedule(notebook.uri, notebook.version, text, _path(notebook.uri),
-                                   lambda nb_uri, _version, checked, _problem: self.done_notebook(nb_uri, uris, checked),
+                                   lambda nb, _version, checked, _problem: self.done_notebook(nb, uris, checked),
                                    cells=starts)
             return
         doc = self.workspace.get_text_document(uri)
