@@ -223,6 +223,9 @@ async def test_notebook_cells_are_analysed_together(notebook_client: LanguageCli
     diags = await published(notebook_client, uris[2])
     assert [(d.code, d.range.start.line) for d in diags] == [("GG001", 1)]
     assert notebook_client.diagnostics.get(uris[0]) == ()
+    hover = await notebook_client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uris[2]), position=types.Position(line=1, character=3)))
+    assert "GG001" in hover.contents.value
 
 
 async def test_notebook_cells_are_pulled_too(pull: LanguageClient):

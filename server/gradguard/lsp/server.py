@@ -226,12 +226,23 @@ def code_action_resolve(ls: GradGuardServer, action: types.CodeAction):
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 async def on_hover(ls: GradGuardServer, params: types.HoverParams):
     uri = params.text_document.uri
-    good = await ls.analyses.settled(uri)
     doc = ls.workspace.get_text_document(uri)
-    if good is None or good.version != doc.version:
-        return None
     pos = doc.position_codec.position_from_client_units(doc.lines, params.position)
     line, column = pos.line + 1, pos.character
+    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
+    if notebook is not None:  # a cell: its lines are a stretch of the notebook's joined module
+        good = await ls.analyses.settled(notebook.uri)
+        uris = ls.cells.get(notebook.uri, [])
+        if good is None or good.version != notebook.version or uri not in uris:
+            return None
+        starts = {cell: start for start, cell in good.checked.cells}
+        if uris.index(uri) + 1 not in starts:
+            return None
+        line += starts[uris.index(uri) + 1] - 1
+    else:
+        good = await ls.analyses.settled(uri)
+        if good is None or good.version != doc.version:
+            return None
     text = next((hover.finding_markdown(f) for f in good.checked.findings
                  if hover.contains(f.span, line, column)), None)
     if text is None and good.checked.facts is not None:
