@@ -178,8 +178,6 @@ class TorchSemantics:
         saved_names, saved_objs, saves = set(), set(), False
         for inp, names in info.saves.items():
             v = bound.get(inp)
-            if inp not in bound and inp in ("weight", "bias") and modules:
-                v = self.param_value(next(iter(modules)), st)
             t = tensor_of(v) if v is not None else None
             if v is None or (t is not None and t.rg is False) or (t is None and not extra_rg):
                 continue
@@ -190,8 +188,6 @@ class TorchSemantics:
                     saves = True
                     continue
                 sv = bound.get(n)
-                if sv is None and modules and n in ("weight", "bias"):
-                    sv = self.param_value(next(iter(modules)), st)
                 if sv is None:
                     continue
                 st_t = tensor_of(sv)
