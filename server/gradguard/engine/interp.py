@@ -598,8 +598,8 @@ class Interpreter(Expressions, TorchSemantics):
             st.env[p.arg] = kwargs.pop(p.arg, None) or (self.literal(d, caller) if d is not None else UNKNOWN)
         if a.kwarg:
             st.env[a.kwarg.arg] = UNKNOWN
-        if positional and args:
-            frame.self_value = args[0]
+        if positional and args and self.owner_of.get(node) is not None:
+            frame.self_value = args[0]  # a method's `self`
 
     def literal(self, node, st):
         """A parameter default: constants, literal containers and names (no calls run twice)."""
