@@ -228,7 +228,9 @@ async def test_notebook_cells_are_analysed_together(notebook_client: LanguageCli
     assert "GG001" in hover.contents.value
 
 
-async def test_notebook_cells_are_pulled_too(pull: LanguageClient):
+async def test_notebook_cells_are_pushed_even_to_pulling_clients(pull: LanguageClient):
+    """VS Code does not pull notebook cells' diagnostics: they are pushed, and a pull for a
+    cell answers with nothing, so nothing shows twice."""
     nb = "file:///tmp/gradguard-lsp-test/pulled.ipynb"
     uris = [f"vscode-notebook-cell:/tmp/gradguard-lsp-test/pulled.ipynb#C{i}" for i in range(2)]
     cells = ["import torch\nx = torch.randn(3, requires_grad=True)\nloss = (x.exp() * 2).sum()\n",
@@ -238,6 +240,23 @@ async def test_notebook_cells_are_pulled_too(pull: LanguageClient):
             types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in uris]),
         cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
                              for u, t in zip(uris, cells)]))
+    diags = await published(pull, uris[1])
+    assert [(d.code, d.range.start.line) for d in diags] == [("GG001", 1)]
     report = await pull.text_document_diagnostic_async(types.DocumentDiagnosticParams(
         text_document=types.TextDocumentIdentifier(uri=uris[1])))
-    assert [(d.code, d.range.start.line) for d in report.items] == [("GG001", 1)]
+    assert list(report.items) == []
+
+
+async def test_requests_for_documents_that_are_not_open(push: LanguageClient):
+    """VS Code sends a change after closing an untitled document: no error, no crash."""
+    gone = "untitled:Untitled-1"
+    changed(push, BUGGY, 2, uri=gone)
+    hover = await push.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=gone), position=types.Position(line=0, character=0)))
+    assert hover is None
+    report = await push.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=types.TextDocumentIdentifier(uri=gone)))
+    assert list(report.items) == []
+    opened(push, BUGGY)
+    assert [d.code for d in await published(push)] == ["GG001"]
+    assert not push.messages

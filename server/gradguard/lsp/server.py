@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from gradguard import __version__
@@ -17,6 +19,17 @@ from gradguard.api import Checked
 from gradguard.lsp import actions, hover, notebooks
 from gradguard.lsp.convert import diagnostic
 from gradguard.lsp.documents import Analyses
+
+class Protocol(LanguageServerProtocol):
+    """pygls's protocol, tolerant of editors that send changes after closing a document
+    (VS Code does for an untitled one closed with "Don't Save")."""
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        if params.text_document.uri not in self.workspace.text_documents:
+            return
+        yield from super().lsp_text_document__did_change(params)
+
 
 PULL = types.DiagnosticOptions(identifier="gradguard", inter_file_dependencies=False, workspace_diagnostics=False)
 
@@ -27,7 +40,8 @@ class GradGuardServer(LanguageServer):
             "gradguard", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             notebook_document_sync=types.NotebookDocumentSyncOptions(notebook_selector=[
                 types.NotebookDocumentFilterWithCells(
-                    notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])]))
+                    notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])]),
+            protocol_cls=Protocol)
         self.analyses = Analyses(log_error=lambda message: self.log(message, types.MessageType.Error))
         self.pull = False  # the client asks for diagnostics (textDocument/diagnostic) instead of receiving them
         self.resolvable = False  # the client resolves code actions' edits lazily
@@ -64,19 +78,10 @@ class GradGuardServer(LanguageServer):
             self.log(f"gradguard: {checked.error}")
             return
         self.cells[notebook_uri] = uris
-        if self.pull:
-            return  # the editor pulls each cell's diagnostics
+        # Cells' diagnostics are pushed to every client (VS Code does not pull them); a pull
+        # for a cell answers with nothing, so nothing shows twice.
         for cell_uri, items in notebooks.diagnostics(self.workspace, checked, uris).items():
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=items))
-
-    async def cell_diagnostics(self, cell_uri: str, notebook) -> list[types.Diagnostic]:
-        if notebook.uri not in self.analyses.docs:
-            self.analyse(cell_uri)
-        good = await self.analyses.settled(notebook.uri)
-        uris = self.cells.get(notebook.uri)
-        if good is None or uris is None or good.version != notebook.version:
-            return []
-        return notebooks.diagnostics(self.workspace, good.checked, uris).get(cell_uri, [])
 
     def diagnostics(self, uri: str) -> list[types.Diagnostic]:
         state = self.analyses.docs.get(uri)
@@ -148,7 +153,8 @@ def did_open(ls: GradGuardServer, params: types.DidOpenTextDocumentParams):
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: GradGuardServer, params: types.DidChangeTextDocumentParams):
-    ls.analyse(params.text_document.uri)
+    if params.text_document.uri in ls.workspace.text_documents:
+        ls.analyse(params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -188,9 +194,10 @@ def notebook_close(ls: GradGuardServer, params: types.DidCloseNotebookDocumentPa
 @server.feature(types.TEXT_DOCUMENT_DIAGNOSTIC, PULL)
 async def pull_diagnostics(ls: GradGuardServer, params: types.DocumentDiagnosticParams):
     uri = params.text_document.uri
-    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
-    if notebook is not None:
-        return types.RelatedFullDocumentDiagnosticReport(items=await ls.cell_diagnostics(uri, notebook))
+    if uri not in ls.workspace.text_documents:  # closed meanwhile: nothing to report
+        return types.RelatedFullDocumentDiagnosticReport(items=[])
+    if ls.workspace.get_notebook_document(cell_uri=uri) is not None:
+        return types.RelatedFullDocumentDiagnosticReport(items=[])  # pushed (see done_notebook)
     if uri not in ls.analyses.docs:
         ls.analyse(uri)
     good = await ls.analyses.settled(uri)
@@ -211,6 +218,8 @@ def did_change_configuration(ls: GradGuardServer, params: types.DidChangeConfigu
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
     code_action_kinds=[types.CodeActionKind.QuickFix], resolve_provider=True))
 def code_action(ls: GradGuardServer, params: types.CodeActionParams):
+    if params.text_document.uri not in ls.workspace.text_documents:
+        return []
     doc = ls.workspace.get_text_document(params.text_document.uri)
     return actions.code_actions(doc, params, ls.resolvable)
 
@@ -218,7 +227,7 @@ def code_action(ls: GradGuardServer, params: types.CodeActionParams):
 @server.feature(types.CODE_ACTION_RESOLVE)
 def code_action_resolve(ls: GradGuardServer, action: types.CodeAction):
     data = action.data if isinstance(action.data, dict) else {}
-    if "uri" not in data:
+    if "uri" not in data or data["uri"] not in ls.workspace.text_documents:
         return action
     return actions.resolve(ls.workspace.get_text_document(data["uri"]), action)
 
@@ -226,6 +235,8 @@ def code_action_resolve(ls: GradGuardServer, action: types.CodeAction):
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 async def on_hover(ls: GradGuardServer, params: types.HoverParams):
     uri = params.text_document.uri
+    if uri not in ls.workspace.text_documents:
+        return None
     doc = ls.workspace.get_text_document(uri)
     pos = doc.position_codec.position_from_client_units(doc.lines, params.position)
     line, column = pos.line + 1, pos.character
