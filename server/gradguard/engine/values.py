@@ -115,19 +115,11 @@ def const(v) -> frozenset:
     return frozenset({Const(v)})
 
 
-def tensor(**kw) -> frozenset:
-    return frozenset({Tensor(**kw)})
-
-
 def tensor_of(v: frozenset) -> Optional[Tensor]:
     for a in v:
         if isinstance(a, Tensor):
             return a
     return None
-
-
-def is_tensorish(v: frozenset) -> bool:
-    return any(isinstance(a, Tensor) for a in v)
 
 
 def objs_of(v: frozenset, kind: Optional[str] = None) -> list:
@@ -223,7 +215,3 @@ def map_tensors(v: frozenset, fn) -> frozenset:
         changed |= b is not a
         out.append(b)
     return frozenset(out) if changed else v
-
-
-def with_tensor(v: frozenset, **changes) -> frozenset:
-    return frozenset(replace(a, **changes) if isinstance(a, Tensor) else a for a in v)
