@@ -12,7 +12,7 @@ call string that reached it, so two calls of one helper make different regions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 # Tri-state facts: True, False, or None for "unknown" (both possible).
