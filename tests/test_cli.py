@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gradguard import api, cli
 from gradguard.analysis import AnalysisTimeout
 

@@ -2,7 +2,6 @@
 from pathlib import Path
 
 import pytest
-
 from gradguard.config import Config, ConfigError, load_config, load_config_file
 
 

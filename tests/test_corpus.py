@@ -6,23 +6,11 @@ predicting rule.  The labels come from running the scripts under torch, not from
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import pytest
-
+from corpus_support import CORPUS, manifest
 from gradguard.analysis import analyze
 from gradguard.rules import ALL_RULES
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 PREDICTS = {r.code: r.predicts for r in ALL_RULES}
-
-
-def _manifest():
-    path = CORPUS / "manifest.json"
-    if not path.exists():
-        pytest.skip(f"no corpus at {CORPUS}")
-    return json.loads(path.read_text())
 
 
 def _predictions(case):
@@ -31,13 +19,13 @@ def _predictions(case):
 
 
 def test_positive_cases_are_flagged_at_the_raising_line():
-    cases = [c for c in _manifest() if c["kind"] != "clean"]
+    cases = [c for c in manifest() if c["kind"] != "clean"]
     missed = [c["id"] for c in cases if (c["line"], c["kind"]) not in _predictions(c)]
     recall = 1 - len(missed) / len(cases)
     assert recall >= 0.95, f"recall {recall:.0%}, missed: {missed}"
 
 
 def test_clean_cases_get_no_predicting_finding():
-    noisy = {c["id"]: sorted(_predictions(c)) for c in _manifest() if c["kind"] == "clean"}
+    noisy = {c["id"]: sorted(_predictions(c)) for c in manifest() if c["kind"] == "clean"}
     noisy = {k: v for k, v in noisy.items() if v}
     assert not noisy, f"false alarms on clean cases: {noisy}"

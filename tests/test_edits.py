@@ -9,21 +9,16 @@ the predicted error go away.
 from __future__ import annotations
 
 import ast
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from corpus_support import CORPUS, manifest, run_oracle
 from gradguard.analysis import analyze
 from gradguard.edits import Replacement, apply, replacements
 from gradguard.findings import Edit, Fix, Span
 from gradguard.rules import ALL_RULES
 from gradguard.spans import Positions
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 PROGRAMS = Path(__file__).parent / "programs" / "cases"
 PREDICTS = {r.code: r.predicts for r in ALL_RULES}
 
@@ -386,13 +381,6 @@ def test_overlapping_edits_give_nothing():
 
 
 # ----------------------------------------------------------------- every fix GradGuard offers
-def _manifest():
-    path = CORPUS / "manifest.json"
-    if not path.exists():
-        pytest.skip(f"no corpus at {CORPUS}")
-    return json.loads(path.read_text())
-
-
 def _predicted(case):
     source = (CORPUS / case["file"]).read_text(encoding="utf-8")
     finding = next((f for f in analyze(source) if f.span.line == case["line"] and PREDICTS[f.code] == case["kind"]),
@@ -402,7 +390,7 @@ def _predicted(case):
 
 def test_every_corpus_fix_parses_and_keeps_other_lines():
     problems = []
-    for case in _manifest():
+    for case in manifest():
         if case["kind"] == "clean":
             continue
         source, finding = _predicted(case)
@@ -422,24 +410,13 @@ def test_every_program_fix_parses_and_keeps_other_lines():
 
 
 # ----------------------------------------------------------------- the preferred fix, run under torch
-RUN_ALL = """
-import json, os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import oracle
-print(json.dumps(oracle.run_all(sys.argv[2], sys.argv[3:])))
-"""
-
-
 def test_preferred_fixes_make_the_corpus_run(tmp_path):
     """Each positive's preferred fix, applied and run by the oracle (in a fresh interpreter:
     it forks from a torch-loaded process, which must not be this pytest), must make it run
     clean — for at least 90% of the positives; one with no fix (or no edit) counts as failed."""
-    oracle = CORPUS / "oracle.py"
-    if importlib.util.find_spec("torch") is None or not oracle.exists():
-        pytest.skip("the execution oracle needs torch and ../shared/corpus/oracle.py")
     rows, names = {}, {}
     (tmp_path / "cases").mkdir()
-    for case in _manifest():
+    for case in manifest():
         if case["kind"] == "clean":
             continue
         source, finding = _predicted(case)
@@ -453,12 +430,7 @@ def test_preferred_fixes_make_the_corpus_run(tmp_path):
             continue
         (tmp_path / "cases" / f"{case['id']}.py").write_text(apply(source, reps), encoding="utf-8")
         names[f"{case['id']}.py"] = (case, fix)
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONWARNINGS="ignore", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(oracle), str(tmp_path), *names], check=False,
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_oracle(tmp_path, names)
     passed = 0
     for name, (case, fix) in names.items():
         r = results[name]

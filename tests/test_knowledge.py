@@ -19,7 +19,6 @@ import subprocess
 import sys
 
 import pytest
-
 from gradguard import knowledge as K
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,10 +9,9 @@ import asyncio
 
 import pytest
 import pytest_lsp
+from lsp_support import SERVER, apply_edits, workspace_edits
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
-
-from lsp_support import SERVER, apply_edits, workspace_edits
 
 BUGGY = """\
 import torch

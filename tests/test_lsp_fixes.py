@@ -13,28 +13,17 @@ import ast
 import asyncio
 import difflib
 import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import pytest_lsp
+from corpus_support import CORPUS, manifest, run_oracle
+from lsp_support import SERVER, apply_edits, workspace_edits
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
-from lsp_support import SERVER, apply_edits, workspace_edits
-from test_programs import RUN_ALL
-
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
-
 
 def positives():
-    path = CORPUS / "manifest.json"
-    if not path.exists():
-        pytest.skip(f"no corpus at {CORPUS}")
-    return [c for c in json.loads(path.read_text()) if c["kind"] != "clean"]
+    return [c for c in manifest() if c["kind"] != "clean"]
 
 
 @pytest_lsp.fixture(config=SERVER)
@@ -104,11 +93,7 @@ async def test_preferred_fixes_make_the_corpus_run(client: LanguageClient, tmp_p
         case["title"] = title
     assert not broken, broken  # every fix offered must parse
     names = sorted(p.name for p in (tmp_path / "cases").glob("*.py"))
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(CORPUS / "oracle.py"), str(tmp_path), *names],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_oracle(tmp_path, names)
     outcome = {c["id"]: results.get(f"{c['id']}.py", {"kind": "no fix", "message": unfixed.get(c["id"], "")})
                for c in cases}
     still = {k: v["kind"] for k, v in outcome.items() if v["kind"] == next(c["kind"] for c in cases if c["id"] == k)}

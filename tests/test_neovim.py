@@ -11,7 +11,6 @@ otherwise it skips with the reason, except under CI (`CI` set), where it fails.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import shutil
@@ -22,13 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from corpus_support import CORPUS, run_oracle
 
 REPO = Path(__file__).resolve().parents[1]
 INIT = REPO / "tests" / "nvim" / "gradguard_test.lua"
 INSTALL = REPO / "scripts" / "install_test_tools.sh"
-CORPUS = REPO.parent / "shared" / "corpus"
 CASE = CORPUS / "cases" / "s001_two_losses_2.py"
-ORACLE = CORPUS / "oracle.py"
 LINE, CODE = 17, "GG001"  # loss2.backward() through the graph loss1.backward() freed
 FIX_LINE, FIXED = 16, "loss1.backward(retain_graph=True)"  # the preferred fix, on the line before
 TIMEOUT_S = 60
@@ -142,28 +140,13 @@ def test_neovim_gets_the_diagnostic_and_applies_the_quick_fix(edited):
     assert seconds < TIMEOUT_S
 
 
-RUN_ALL = """
-import json, os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import oracle
-print(json.dumps(oracle.run_all(sys.argv[2], sys.argv[3:])))
-"""
-
-
 def test_the_fixed_file_runs_clean_under_torch(edited, tmp_path):
     """The execution oracle (in a fresh interpreter, as in test_programs.py): the case
     raises at the flagged line, the file the editor wrote runs clean."""
-    if importlib.util.find_spec("torch") is None or not ORACLE.exists():
-        pytest.skip("the execution oracle needs torch and ../shared/corpus/oracle.py")
     _, original, fixed, _ = edited
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "original.py").write_text(original)
     (tmp_path / "cases" / "fixed.py").write_text(fixed)
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONWARNINGS="ignore", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(ORACLE), str(tmp_path), "original.py", "fixed.py"],
-                          check=False, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_oracle(tmp_path, ["original.py", "fixed.py"], timeout=300)
     assert (results["original.py"]["kind"], results["original.py"]["line"]) == ("freed_graph", LINE)
     assert results["fixed.py"]["kind"] == "clean", results["fixed.py"]["message"]

@@ -8,20 +8,14 @@ analysis a wrong lesson.
 """
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
+from corpus_support import run_oracle
 from gradguard.analysis import analyze
 from gradguard.rules import ALL_RULES
 
 HERE = Path(__file__).parent / "programs"
-ORACLE = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "oracle.py"
 PREDICTS = {r.code: r.predicts for r in ALL_RULES}
 CASES = sorted(p.name for p in (HERE / "cases").glob("*.py"))
 
@@ -44,26 +38,10 @@ def test_gradguard_agrees_with_the_label(name):
         assert (line, kind) in found, f"expected {kind} at line {line}, found {sorted(found)}"
 
 
-RUN_ALL = """
-import json, os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import oracle
-print(json.dumps(oracle.run_all(sys.argv[2], sys.argv[3:])))
-"""
-
-
 @pytest.fixture(scope="module")
 def oracle_results():
-    """Run every program under torch, in a fresh interpreter: the oracle forks its
-    children from a torch-loaded process, which must not be this (threaded) pytest."""
-    if importlib.util.find_spec("torch") is None or not ORACLE.exists():
-        pytest.skip("the execution oracle needs torch and ../shared/corpus/oracle.py")
-    env = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONWARNINGS="ignore", MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(ORACLE), str(HERE), *CASES], capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """Every program, run under torch."""
+    return run_oracle(HERE, CASES)
 
 
 @pytest.mark.parametrize("name", CASES)

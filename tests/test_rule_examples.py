@@ -4,7 +4,6 @@ rule's documentation has ruff's sections."""
 from __future__ import annotations
 
 import pytest
-
 from gradguard.analysis import analyze
 from gradguard.rules import ALL_RULES, PREDICTS
 from gradguard.rules.base import SECTIONS

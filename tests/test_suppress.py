@@ -1,6 +1,5 @@
 """`# noqa` comments: which findings they silence, and the edit that adds a code to one."""
 import pytest
-
 from gradguard.findings import Finding, Span
 from gradguard.suppress import is_suppressed, noqa_edit, noqa_map
 

@@ -1,6 +1,7 @@
 # expect: clean
 # shape: mean-teacher training: the EMA copy updated in place under no_grad after each step
 import copy
+
 import torch
 import torch.nn as nn
 
