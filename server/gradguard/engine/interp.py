@@ -26,6 +26,7 @@ from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
+from gradguard.spans import LINE_BREAK
 
 MAX_LOOP_ROUNDS = 6
 MAX_CALL_DEPTH = 6
@@ -126,7 +127,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
         self.no_grad_funcs: set = set()
         self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
-        self.lines = source.splitlines()
+        self.lines = LINE_BREAK.split(source)  # numbered as `ast` numbers them
         self.sites = binder.functions(tree)
         self.owner_of = {f.node: f.owner for f in self.sites}
         self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)

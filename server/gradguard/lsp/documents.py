@@ -46,7 +46,6 @@ class Analyses:
         self.docs: dict[str, DocState] = {}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-analysis")
         self.settings: dict = {}  # from initializationOptions / didChangeConfiguration
-        self._configs: dict[Path, tuple[float, Config]] = {}
         self._counter = 0
 
     # ------------------------------------------------------------------ configuration

@@ -157,11 +157,6 @@ def did_change(ls: GradGuardServer, params: types.DidChangeTextDocumentParams):
         ls.analyse(params.text_document.uri)
 
 
-@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-def did_save(ls: GradGuardServer, params: types.DidSaveTextDocumentParams):
-    return None
-
-
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: GradGuardServer, params: types.DidCloseTextDocumentParams):
     uri = params.text_document.uri
