@@ -544,11 +544,14 @@ def native_entry(fn):
     from torchgen.packaged.autograd.gen_inplace_or_view_type import RETURNS_VIEWS_OF_INPUT
     from torchgen.packaged.autograd.gen_variable_type import DONT_REQUIRE_DERIVATIVE
 
+    from torchgen.packaged.autograd.gen_python_functions import SKIP_PYTHON_BINDINGS_SIGNATURES
+
     f = fn.func
     schema = f.func
     kind = schema.kind()
     if kind not in (SchemaKind.functional, SchemaKind.inplace):
         return None  # out= variants and "mutable" internals
+
     args = schema.arguments
     positional = list(args.flat_positional)
     params = positional + list(args.flat_kwarg_only)
@@ -578,6 +581,8 @@ def native_entry(fn):
     }
     if f.python_module:
         entry["module"] = f.python_module
+    if str(schema) in SKIP_PYTHON_BINDINGS_SIGNATURES:
+        entry["hidden"] = True  # no Python binding: `x * 2` wraps the 2 and runs mul.Tensor, which saves it
     if view:
         entry["view"] = True
     if inplace:

@@ -45,13 +45,16 @@ def test_sigmoid_saves_result():
     assert saves("torch.sigmoid", ["tensor"]) == {"self": {"result"}}
 
 
-def test_mul_tensor_saves_the_other_operand_and_mul_scalar_nothing():
+def test_mul_saves_the_other_operand_even_a_python_number():
+    """mul.Scalar has no Python binding: `x * 2` wraps the 2 in a tensor and runs mul.Tensor,
+    which saves it (a second backward through it raises)."""
     assert saves("__mul__", ["tensor"]) == {"self": {"other"}, "other": {"self"}}
     assert K.resolve("__mul__", ["tensor"]).key == "mul.Tensor"
-    assert saves("__mul__", ["number"]) == {"self": set()}
-    assert saves("__rmul__", ["number"]) == {"self": set()}
-    assert saves("torch.mul", ["tensor", "number"]) == {"self": set()}
+    assert K.resolve("__mul__", ["number"]).key == "mul.Tensor"
+    assert saves("__rmul__", ["number"]) == {"self": {"other"}, "other": {"self"}}
+    assert saves("torch.mul", ["tensor", "number"]) == {"self": {"other"}, "other": {"self"}}
     assert saves("mul", ["tensor", "tensor"], method=False) == {"self": {"other"}, "other": {"self"}}
+    assert saves("__add__", ["number"]) == {"self": set(), "other": set()}
 
 
 def test_pow_overloads():

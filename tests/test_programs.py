@@ -27,7 +27,15 @@ def expectation(name):
     return kind, line
 
 
-@pytest.mark.parametrize("name", CASES)
+# Programs GradGuard is known to get wrong, and why: each is a gap to close, not a wrong label
+# (the oracle test below still runs them); strict, so that closing one fails until it is removed here.
+KNOWN_GAPS = {
+    "requires_grad_from_shape_false.py": "requires_grad decided by x.size(0): tensor shapes are not tracked",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_GAPS[c], strict=True))
+                                  if c in KNOWN_GAPS else c for c in CASES])
 def test_gradguard_agrees_with_the_label(name):
     kind, line = expectation(name)
     found = {(f.span.line, PREDICTS[f.code]) for f in analyze((HERE / "cases" / name).read_text())

@@ -22,16 +22,12 @@ from functools import lru_cache
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from gradguard import knowledge as K
 from gradguard.findings import Edit, Fix, Span
 
 __all__ = ["Replacement", "apply", "replacements"]
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # where the tokenizer ends lines (not str.splitlines: \f, \x1c, ...)
-# In-place Tensor methods whose name without `_` is no Tensor method (checked against torch 2.13).
-_NO_OUT_OF_PLACE = frozenset((
-    "apply_", "cauchy_", "copy_", "exponential_", "fill_", "fill_diagonal_", "geometric_", "log_normal_", "map2_",
-    "map_", "normal_", "random_", "requires_grad_", "resize_as_sparse_", "set_", "share_memory_", "sparse_resize_",
-    "sparse_resize_and_clear_", "uniform_", "zero_"))
 _PREC = {ast.BitOr: 1, ast.BitXor: 2, ast.BitAnd: 3, ast.LShift: 4, ast.RShift: 4, ast.Add: 5, ast.Sub: 5,
          ast.Mult: 6, ast.MatMult: 6, ast.Div: 6, ast.FloorDiv: 6, ast.Mod: 6, ast.Pow: 8}
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.List, cst.ListComp, cst.Dict, cst.DictComp,
@@ -702,7 +698,7 @@ def _out_of_place(doc: _Doc, e: Edit):
             and isinstance(node.func, cst.Attribute)):
         return None
     name = call.func.attr
-    if not name.endswith("_") or name.startswith("__") or name in _NO_OUT_OF_PLACE:
+    if not name.endswith("_") or name.startswith("__") or name in K.NO_OUT_OF_PLACE:
         return None
     if _root(call.func.value) in _modules(doc.tree):  # torch.relu_(x): x = torch.relu(x)
         if not call.args or not isinstance(call.args[0], (ast.Name, ast.Attribute)):

@@ -21,7 +21,9 @@ class Region:
     node: ast.AST  # the expression that created it
     saves: bool = False  # it saved tensors for backward (freeing it matters)
     certain: bool = False  # its result certainly required grad (only such regions are reported)
-    saved_objs: set = field(default_factory=set)  # storage ids it saved
+    saved_objs: set = field(default_factory=set)  # storage ids it may have saved
+    sure_saves: bool = False  # it saved a value that is surely a tensor (freeing it matters for sure)
+    saved_sure: set = field(default_factory=set)  # storages it surely saved, each one runtime storage
     saved_names: set = field(default_factory=set)  # what it saved, for messages ("result", "weight", ...)
     loops: tuple = ()  # the loop statements enclosing its creation, innermost last
     function: ast.AST | None = None  # the function whose body created it
@@ -104,7 +106,7 @@ class Facts:
     grad_reads: dict = field(default_factory=dict)
     accumulations: dict = field(default_factory=dict)
     loop_steps: dict = field(default_factory=dict)
-    consumed_regions: set = field(default_factory=set)  # regions some backward reached
+    consumed_regions: set = field(default_factory=set)  # sites (region ids less the instance) some backward reached
     backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
     steps: dict = field(default_factory=dict)  # key -> Step
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
+from gradguard import knowledge as K
 from gradguard.facts import Backward, Facts
 from gradguard.findings import Edit, Fix
 
@@ -242,7 +243,8 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
                 fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
                                  (edit(facts, "move_after", stmt, target=target),)))
         elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                                               and n.func.attr.endswith("_")):
+                                               and n.func.attr.endswith("_")
+                                               and n.func.attr not in K.NO_OUT_OF_PLACE):
             fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),)))
         elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
             fixes.append(Fix(f"Modify a copy: `{n.value.id} = {n.value.id}.clone()` first",

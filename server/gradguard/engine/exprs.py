@@ -8,8 +8,9 @@ classes, properties, and the constant folding that lets `if __name__ == "__main_
 from __future__ import annotations
 
 import ast
+import operator
 
-from gradguard.engine.state import State
+from gradguard.engine.state import State, join_states
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, join, join_all,
     objs_of, tensor_of,
@@ -97,6 +98,8 @@ class Expressions:
         for k, v in zip(node.keys, vals):
             if isinstance(k, ast.Constant) and isinstance(k.value, str):
                 st.set_attr(obj.id, "[" + k.value, v)
+        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+            st.set_attr(obj.id, "<keyset>", const(frozenset(k.value for k in node.keys)))
         return frozenset({obj})
 
     def expr_JoinedStr(self, node, st):
@@ -138,6 +141,9 @@ class Expressions:
         if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
             li, ri = self.exact_items(left, st), self.exact_items(right, st)
             return frozenset({Tup(tuple(li) + tuple(ri))}) if li is not None and ri is not None else UNKNOWN
+        folded = _fold(op, left, right)
+        if folded is not None:
+            return folded
         if any(isinstance(a, (Num, Const)) for a in left) and any(isinstance(a, (Num, Const)) for a in right):
             return frozenset({_NUM})
         return UNKNOWN
@@ -145,14 +151,16 @@ class Expressions:
     def expr_Compare(self, node, st):
         left = self.eval(node.left, st)
         vals = [self.eval(c, st) for c in node.comparators]
-        if tensor_of(left) is not None or any(tensor_of(v) is not None for v in vals):
+        elementwise = not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops)
+        if elementwise and (tensor_of(left) is not None or any(tensor_of(v) is not None for v in vals)):
             return self.fresh_tensor(node, st, rg=False, inputs=[left, *vals])
         t = self.static_truth(node, st)
+        if t is None and len(node.ops) == 1:
+            t = _fold_compare(node.ops[0], left, vals[0])
         return const(t) if t is not None else UNKNOWN
 
     def expr_IfExp(self, node, st):
-        self.eval(node.test, st)
-        t = self.static_truth(node.test, st)
+        t = self.test_truth(node.test, st)
         if t is True:
             return self.eval(node.body, st)
         if t is False:
@@ -247,14 +255,22 @@ class Expressions:
                 st.set_attr(obj.id, "<items>", UNKNOWN)
                 if obj.kind == "dict":
                     key = target.slice
+                    keys = self.keyset(obj, st)
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         st.set_attr(obj.id, "[" + key.value, v)
+                        keys = None if keys is None else keys | {key.value}
+                    st.set_attr(obj.id, "<keyset>", const(keys) if keys is not None else UNKNOWN)
 
     def augassign(self, s, st):
         current = self.eval(s.target, st)
         rhs = self.eval(s.value, st)
         if tensor_of(current) is not None:  # `t += x` on a tensor is in place (`t.add_(x)`)
             self.augassign_tensor(s, current, rhs, st)
+            return
+        lists = objs_of(current, "list")
+        if isinstance(s.op, ast.Add) and lists and len(lists) == len(current):  # `out += [h]` extends `out`
+            for obj in lists:
+                self.container_method(obj, "extend", [rhs], {}, st, s, strong=len(current) == 1)
             return
         self.assign(s.target, self.binop(s, s.op, current, rhs, st, s.target, s.value), st, s)
 
@@ -438,11 +454,13 @@ class Expressions:
     def expr_Call(self, node, st):
         func = self.eval(node.func, st)
         args = []
+        spread = False
         for a in node.args:
             if isinstance(a, ast.Starred):
                 v = self.eval(a.value, st)
                 items = self.exact_items(v, st)
                 args.extend(items if items is not None else [self.iter_elements(v, st)])
+                spread |= items is None
             else:
                 args.append(self.eval(a, st))
         kwargs = {}
@@ -450,24 +468,41 @@ class Expressions:
             v = self.eval(k.value, st)
             if k.arg is not None:
                 kwargs[k.arg] = v
+        # `f(*xs)` with `xs` not known item by item: the arguments stand for any number of values
+        self.unknown_spread = node if spread else None
         return self.call_value(func, args, kwargs, st, node)
 
     def call_value(self, func, args, kwargs, st, node):
-        out = EMPTY
-        for a in func:
-            if isinstance(a, Func):
-                call_args = ([a.bound] if a.bound is not None else []) + list(args)
-                out = join(out, self.call_function(a, call_args, dict(kwargs), st, node))
-            elif isinstance(a, Obj) and a.kind == "class":
-                out = join(out, self.instantiate(a, args, kwargs, st, node))
-            elif isinstance(a, Obj):
-                out = join(out, self.call_object(a, args, kwargs, st, node))
-            elif isinstance(a, Ref):
-                out = join(out, self.call_ref(a.dotted, args, kwargs, st, node))
-            elif isinstance(a, Method):
-                out = join(out, self.call_method(a.recv, a.name, args, kwargs, st, node))
-            else:
-                out = join(out, self.call_unknown(args, kwargs, st, node))
+        return self.alternatives(func, st, lambda a, st: self.call_atom(a, args, kwargs, st, node))
+
+    def call_atom(self, a, args, kwargs, st, node):
+        """A call of one alternative `a` of the called value."""
+        if isinstance(a, Func):
+            call_args = ([a.bound] if a.bound is not None else []) + list(args)
+            return self.call_function(a, call_args, dict(kwargs), st, node)
+        if isinstance(a, Obj) and a.kind == "class":
+            return self.instantiate(a, args, kwargs, st, node)
+        if isinstance(a, Obj):
+            return self.call_object(a, args, kwargs, st, node)
+        if isinstance(a, Ref):
+            return self.call_ref(a.dotted, args, kwargs, st, node)
+        if isinstance(a, Method):
+            return self.call_method(a.recv, a.name, args, kwargs, st, node)
+        return self.call_unknown(args, kwargs, st, node)
+
+    def alternatives(self, value, st, fn):
+        """`fn(atom, state)` for each atom of `value`, each on its own copy of the state when
+        there are several: they are different runs, and what one does (an in-place layer, a
+        backward) must not become a fact of another.  The states are joined back into `st`."""
+        if len(value) <= 1:
+            out = fn(next(iter(value)), st) if value else UNKNOWN
+            return out if out else UNKNOWN
+        out, joined = EMPTY, None
+        for a in value:
+            alt = st.copy()
+            out = join(out, fn(a, alt))
+            joined = join_states(joined, alt)
+        st.env, st.heap, st.grad = joined.env, joined.heap, joined.grad
         return out if out else UNKNOWN
 
     def call_object(self, obj, args, kwargs, st, node):
@@ -536,7 +571,7 @@ class Expressions:
         return self.class_nodes.get(self.obj_class.get(obj.id))
 
     # ----------------------------------------------------------------- constant folding
-    def truth_of(self, v):
+    def truth_of(self, v, st=None):
         if not v or any(isinstance(a, (Unknown, Tensor, Num, Method, Ref)) for a in v):
             return None
         truths = set()
@@ -545,11 +580,28 @@ class Expressions:
                 truths.add(bool(a.value))
             elif isinstance(a, Tup):
                 truths.add(bool(a.items))
+            elif isinstance(a, Obj) and a.kind == "dict" and st is not None and self.keyset(a, st) is not None:
+                truths.add(bool(self.keyset(a, st)))
             elif isinstance(a, Obj) and a.kind in ("list", "dict"):
                 return None
             else:
                 truths.add(True)
         return truths.pop() if len(truths) == 1 else None
+
+    def keyset(self, d: Obj, st):
+        """The keys of a dict when they are all known (a literal or `dict(a=..)` not changed since)."""
+        keys = st.get_attr(d.id, "<keyset>") or UNKNOWN
+        (k,) = tuple(keys) if len(keys) == 1 else (None,)
+        return k.value if isinstance(k, Const) else None
+
+    def test_truth(self, test, st):
+        """Evaluate a condition; its truth if known: folded from names and attributes, or the
+        constant it evaluated to (`i % 3 == 0` in a concrete iteration)."""
+        v = self.eval(test, st)
+        t = self.static_truth(test, st)
+        if t is None and len(v) == 1 and isinstance(next(iter(v)), Const):
+            t = bool(next(iter(v)).value)
+        return t
 
     def static_truth(self, test, st):
         if isinstance(test, ast.Constant):
@@ -574,6 +626,11 @@ class Expressions:
                 else:
                     return None
                 return res if isinstance(op, ast.Is) else not res
+            if isinstance(op, (ast.In, ast.NotIn)) and len(left) == 1 and len(right) == 1:
+                (a,), (b,) = tuple(left), tuple(right)
+                keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None
+                if isinstance(a, Const) and keys is not None:
+                    return (a.value in keys) == isinstance(op, ast.In)
             if isinstance(op, (ast.Eq, ast.NotEq)) and len(left) == 1 and len(right) == 1:
                 (a,), (b,) = tuple(left), tuple(right)
                 if isinstance(a, Const) and isinstance(b, Const):
@@ -583,7 +640,7 @@ class Expressions:
                 and len(test.args) == 2:
             return self.isinstance_truth(self.peek(test.args[0], st), self.peek(test.args[1], st), st)
         if isinstance(test, (ast.Name, ast.Attribute)):
-            return self.truth_of(self.peek(test, st))
+            return self.truth_of(self.peek(test, st), st)
         return None
 
     def peek(self, node, st):
@@ -662,3 +719,39 @@ class Expressions:
             return ".".join(reversed(parts))
         return ""
 
+
+
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+          ast.Mod: operator.mod}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def _number(v):
+    """The int a value surely is, or None."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Const) and type(a.value) is int:
+            return a.value
+    return None
+
+
+def _fold(op, left, right):
+    """`(step - 1) % 3` with known numbers (a concrete iteration's counter) is a known number."""
+    fn = _ARITH.get(type(op))
+    a, b = _number(left), _number(right)
+    if isinstance(op, ast.Mod) and a == 0 and b is None:
+        return const(0)  # `i % n_critic` on the first iteration: 0 whatever the (nonzero) number
+    if fn is None or a is None or b is None:
+        return None
+    try:
+        out = fn(a, b)
+    except ArithmeticError:
+        return None
+    return const(out) if abs(out) < 2 ** 53 else None
+
+
+def _fold_compare(op, left, right):
+    fn = _COMPARE.get(type(op))
+    a, b = _number(left), _number(right)
+    return None if fn is None or a is None or b is None else fn(a, b)

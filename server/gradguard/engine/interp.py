@@ -20,7 +20,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.state import GLOBALS, State, join_states, mark_dirty, mark_freed
+from gradguard.engine.state import GLOBALS, State, join_states
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
@@ -29,6 +29,7 @@ from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
 
 MAX_LOOP_ROUNDS = 6
+CONCRETE_ITERATIONS = 2  # loop iterations run on the exact state the previous one left
 MAX_CALL_DEPTH = 6
 MAX_CTX = 4
 # Work bound: statements interpreted per file.  Past it, calls are no longer followed into
@@ -53,8 +54,6 @@ class Frame:
         self.ret = EMPTY
         self.ret_state = None
         self.yields = EMPTY
-        self.freed = set()  # regions freed during this call: the caller marks its own names
-        self.dirtied = set()
         self.loops = []  # enclosing loop statements in this function, innermost last
         self.loop_exits = []  # per loop: [break state, continue state]
         self.self_value = None
@@ -138,6 +137,10 @@ class Interpreter(Expressions, TorchSemantics):
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
         self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
         self.statement = None  # the statement being executed
+        self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
+        self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
+        self.widening = 0  # loops now past their concrete iterations: new ids are summaries
+        self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -327,8 +330,7 @@ class Interpreter(Expressions, TorchSemantics):
         return None
 
     def stmt_If(self, s, st):
-        self.eval(s.test, st)
-        truth = self.static_truth(s.test, st)
+        truth = self.test_truth(s.test, st)
         then_st = else_st = None
         if truth is not False:
             then_st = self.exec_block(s.body, self.narrow(s.test, st.copy(), True))
@@ -446,9 +448,17 @@ class Interpreter(Expressions, TorchSemantics):
                 if st is None:
                     return None
             return self.exec_block(s.orelse, st)
-        elem = self.iter_elements(it, st)
-        return self.loop(s, st, lambda body_st: self.assign(s.target, elem, body_st, s),
-                         may_be_empty=not self.is_nonempty(it, st))
+        count, counter = self.loop_count(it, st)
+        if count == 0:
+            return self.exec_block(s.orelse, st)
+
+        def enter(body_st, i):
+            # Elements are read on each iteration's state: marks the loop made on them are kept.
+            elem = self.iter_elements(it, body_st)
+            if i is not None and counter is not None:  # a concrete iteration knows its counter
+                elem = counter(i, elem)
+            self.assign(s.target, elem, body_st, s)
+        return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count)
 
     stmt_AsyncFor = stmt_For
 
@@ -457,38 +467,54 @@ class Interpreter(Expressions, TorchSemantics):
         if truth is False:
             return self.exec_block(s.orelse, st)
 
-        def enter(body_st):
+        def enter(body_st, i):
             self.eval(s.test, body_st)
         return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=truth is not True)
 
-    def loop(self, s, st, enter, may_be_empty=True, exits_normally=True):
+    def loop(self, s, st, enter, may_be_empty=True, exits_normally=True, count=None):
+        """The first two iterations run concretely, each on the state the previous one left
+        (an error they reach happens on a real path: the first iteration, or the second,
+        where loop-carried graphs fail); then the body is iterated to a fixpoint from the
+        join of every iteration count, with summary ids, which adds only may facts.  A loop
+        known to run `count` times, no more than the fixpoint would take, runs exactly that
+        many concrete iterations (`for epoch in range(3)`)."""
         fr = self.frame
         fr.loops.append(s)
         fr.events.append(set())
-        head = st
-        back = None
-        breaks = None
+        head = st  # the join of the states after 0, 1, 2, ... iterations
+        back = backs = breaks = None  # after the last iteration run; after any iteration; at a break
+        widened = False
+        exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0
         try:
-            for _ in range(MAX_LOOP_ROUNDS if self.budget > 0 else 2):
+            for i in range(MAX_LOOP_ROUNDS if self.budget > 0 else CONCRETE_ITERATIONS):
+                concrete = i < CONCRETE_ITERATIONS or exact
+                if (concrete and i and back is None) or (count is not None and i >= count):
+                    break  # no iteration goes on to the next
+                if not concrete and not widened:
+                    widened = True
+                    self.widening += 1
                 fr.loop_exits.append([None, None])
-                body_st = head.copy()
-                enter(body_st)
+                body_st = (back if i and concrete else head).copy()
+                enter(body_st, i if concrete else None)
                 out = self.exec_block(s.body, body_st)
                 brk, cont = fr.loop_exits.pop()
                 breaks = join_states(breaks, brk)
                 back = join_states(out, cont)
+                backs = join_states(backs, back)
                 new_head = join_states(head, back)
-                if new_head == head:
+                if not concrete and new_head == head:
                     break
                 head = new_head
             events = fr.events[-1]
         finally:
+            if widened:
+                self.widening -= 1
             fr.loops.pop()
             fr.events.pop()
         self.loop_events(s, events)
         exit_st = None
         if exits_normally:
-            exit_st = join_states(head, back) if may_be_empty else back
+            exit_st = back if exact else head if may_be_empty else backs
             if exit_st is not None:
                 exit_st = self.exec_block(s.orelse, exit_st.copy())
         return join_states(exit_st, breaks)
@@ -526,7 +552,11 @@ class Interpreter(Expressions, TorchSemantics):
         frame = Frame(node, ctx, names=(local, glob))
         callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
-        callee.heap = st.heap  # defaults may have allocated containers
+        # The caller's locals ride in the callee's heap, so that what the call frees or modifies
+        # marks them too, path by path (a backward on one branch of the callee is no must fact).
+        stash = ("<env>", len(self.frames))
+        callee.heap = dict(st.heap)  # after the defaults, which may have allocated containers
+        callee.heap[stash] = st.env
         self.frames.append(frame)
         self.active_calls.append(node)
         no_grad = node in self.no_grad_funcs
@@ -549,15 +579,9 @@ class Interpreter(Expressions, TorchSemantics):
             if no_grad:
                 self.no_grad_sites.pop()
         if out is not None:
-            st.heap = out.heap
-        if frame.freed:
-            mark_freed(st, frozenset(frame.freed), env_only=True)
-            if self.frames:
-                self.frame.freed |= frame.freed
-        if frame.dirtied:
-            mark_dirty(st, frozenset(frame.dirtied), env_only=True)
-            if self.frames:
-                self.frame.dirtied |= frame.dirtied
+            heap = dict(out.heap)
+            st.env = dict(heap.pop(stash))
+            st.heap = heap
         if generator:
             return self.make_sequence(frame.yields, st, call_node)
         return self.call_region(func, args, arg_nodes, frame.ret, st, call_node) if frame.ret else UNKNOWN

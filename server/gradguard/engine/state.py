@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.values import Tensor, join, map_tensors, tri_join
+from gradguard.engine.values import CARRIES, DIRTY, FREED, Tensor, join, map_tensors, tri_join
 
 GLOBALS = ("<module>",)
 
@@ -77,14 +77,12 @@ def join_states(a: State | None, b: State | None) -> State | None:
     return State(_join_dicts(a.env, b.env), heap, tri_join(a.grad, b.grad), a.statics)
 
 
-def _rewrite(st: State, fn, env_only: bool) -> None:
-    """Apply `fn` to every tensor atom held in the state (the env, and the heap unless `env_only`)."""
+def _rewrite(st: State, fn) -> None:
+    """Apply `fn` to every tensor atom held in the state (the env and the heap)."""
     for k, v in st.env.items():
         w = map_tensors(v, fn)
         if w is not v:
             st.env[k] = w
-    if env_only:
-        return
     for oid, attrs in st.heap.items():
         new = None
         for name, v in attrs.items():
@@ -97,27 +95,32 @@ def _rewrite(st: State, fn, env_only: bool) -> None:
             st.heap[oid] = new
 
 
-def _mark(st: State, regions: frozenset, flag: str, env_only: bool) -> None:
-    """Add `regions` to the `flag` set ("freed" or "dirty") of every value that carries them."""
+def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:
+    """Add `regions` to the `flag` set ("freed" or "dirty") of every value that carries them,
+    and the must fact to every value that surely carries one of the `sure` regions."""
     if not regions:
         return
+    kind = FREED if flag == "freed" else DIRTY
+    carried = frozenset((CARRIES, r) for r in sure)
 
     def fn(t: Tensor):
         hit = t.regions & regions
         marked = getattr(t, flag)
-        return t if not hit or hit <= marked else replace(t, **{flag: marked | hit})
+        new_sure = frozenset((kind, r) for c, r in t.sure & carried) if carried and t.sure else frozenset()
+        if (not hit or hit <= marked) and new_sure <= t.sure:
+            return t
+        return replace(t, **{flag: marked | hit}, sure=t.sure | new_sure)
 
-    _rewrite(st, fn, env_only)
-
-
-def mark_freed(st: State, regions: frozenset, env_only: bool = False) -> None:
-    """Backward without retain_graph released the saved tensors of `regions`.
-
-    `env_only` is for a caller's locals after a call: the heap was updated during the
-    call, in order, and may already hold new instances of the same regions."""
-    _mark(st, regions, "freed", env_only)
+    _rewrite(st, fn)
 
 
-def mark_dirty(st: State, regions: frozenset, env_only: bool = False) -> None:
-    """An in-place op changed a tensor that `regions` saved for backward."""
-    _mark(st, regions, "dirty", env_only)
+def mark_freed(st: State, regions: frozenset, sure: frozenset = frozenset()) -> None:
+    """Backward without retain_graph released the saved tensors of `regions` (of `sure`, on
+    every path).  The locals of the callers of the running function are in the heap too."""
+    _mark(st, regions, "freed", sure)
+
+
+def mark_dirty(st: State, regions: frozenset, sure: frozenset = frozenset()) -> None:
+    """An in-place op changed a tensor that `regions` saved for backward (`sure`: that very
+    storage, after the save, on every path)."""
+    _mark(st, regions, "dirty", sure)

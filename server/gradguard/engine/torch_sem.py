@@ -19,8 +19,8 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
-    join_all, map_tensors, objs_of, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
+    is_summary, join_all, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -75,8 +75,48 @@ class TorchSemantics:
             return "unknown"
         return "other"
 
-    def region_id(self, node, sub=0) -> tuple:
+    def site_key(self, node, sub=0) -> tuple:
         return (self.frame.ctx, id(node), sub)
+
+    def int_const(self, v):
+        """The int a value surely is, or None."""
+        if len(v) == 1:
+            (a,) = tuple(v)
+            if isinstance(a, Const) and type(a.value) is int:
+                return a.value
+        return None
+
+    def loop_count(self, it, st) -> tuple:
+        """(how many times a `for` over `it` runs, or None; a function giving the element of a
+        concrete iteration from its index, or None) for `range(...)` and `enumerate(...)`."""
+        objs = objs_of(it, "list")
+        if len(it) != 1 or len(objs) != 1:
+            return None, None
+        attrs = st.heap.get(objs[0].id) or {}
+        count = self.int_const(attrs.get("<count>", UNKNOWN))
+        kind = attrs.get("<counter>")
+        if kind is None:
+            return count, None
+        (c,) = tuple(kind)
+        form, start, step = c.value
+
+        def counter(i, elem):
+            n = const(start + i * step)
+            if form == "range":
+                return n
+            return frozenset(Tup((n,) + a.items[1:]) if isinstance(a, Tup) and len(a.items) == 2 else a
+                             for a in elem)
+        return count, counter
+
+    def region_id(self, node, sub=0) -> tuple:
+        """A new id for this evaluation of `node`: numbered while every enclosing loop runs one
+        of its concrete iterations, a summary of all later evaluations once a loop widens."""
+        key = self.site_key(node, sub)
+        if self.widening:
+            return key + (SUMMARY,)
+        n = self.instances.get(key, 0) + 1
+        self.instances[key] = n
+        return key + (n,)
 
     def fresh_tensor(self, node, st, rg=False, sub=0, inputs=()):
         """A new tensor.  For one computed from `inputs` without a graph (argmax, a comparison),
@@ -99,7 +139,8 @@ class TorchSemantics:
             cut |= {self.no_grad_sites[-1] if st.grad is False and self.no_grad_sites else node}
         return cut
 
-    def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False) -> Region:
+    def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
+               sure_saves=False, saved_sure=()) -> Region:
         reg = self.facts.regions.get(rid)
         if reg is None:
             reg = Region(rid, node, loops=self.loops_here(),
@@ -110,6 +151,10 @@ class TorchSemantics:
         reg.saved_objs |= set(saved_objs)
         reg.saved_names |= set(saved_names)
         reg.modules |= set(modules)
+        reg.sure_saves |= sure_saves
+        reg.saved_sure |= {o for o in saved_sure if not is_summary(o)}
+        for o in saved_objs:
+            self.saved_index.setdefault(o, set()).add(rid)
         if args:
             reg.args = args
         return reg
@@ -134,7 +179,8 @@ class TorchSemantics:
         for p in info.tensor_params:  # Tensor[] params (cat, stack, einsum operands): their elements
             v = bound.get(p)
             if v is not None and (objs_of(v, "list") or any(isinstance(a, Tup) for a in v)):
-                bound[p] = self.iter_elements(v, st)
+                items = self.exact_items(v, st)
+                bound[p] = self.all_of(items) if items else self.iter_elements(v, st)
         first = next((p for p in info.params if p in info.tensor_params and p in bound), None)
         self_val = bound.get("self", bound.get(first) if first else UNKNOWN)
         if info.inplace:
@@ -168,14 +214,17 @@ class TorchSemantics:
         view_leaf = bool(view and bt is not None and (bt.view_of_leaf or (bt.leaf is True and bt.rg is True)))
         if rg is False:
             return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st))})
-        regions, freed, dirty = set(), set(), set()
+        regions, freed, dirty, sure = set(), set(), set(), set()
         for v in inputs:
             t = tensor_of(v)
             if t is not None and t.rg is not False:
                 regions |= t.regions
                 freed |= t.freed
                 dirty |= t.dirty
-        saved_names, saved_objs, saves = set(), set(), False
+                sure |= t.sure
+        if rg is True and not is_summary(rid):
+            sure.add((CARRIES, rid))
+        saved_names, saved_objs, saves, sure_saves, saved_sure = set(), set(), False, False, []
         for inp, names in info.saves.items():
             v = bound.get(inp)
             t = tensor_of(v) if v is not None else None
@@ -185,7 +234,8 @@ class TorchSemantics:
                 if n.startswith("result"):
                     saved_objs |= objs
                     saved_names.add("result")
-                    saves = True
+                    saves = sure_saves = True
+                    saved_sure.extend(objs if len(objs) == 1 else ())
                     continue
                 sv = bound.get(n)
                 if sv is None:
@@ -195,13 +245,33 @@ class TorchSemantics:
                     saved_objs |= st_t.objs
                     saved_names.add(n)
                     saves = True
+                    if len(sv) == 1:  # surely this tensor: a saved variable, of this storage if only one
+                        sure_saves = True
+                        saved_sure.extend(st_t.objs if len(st_t.objs) == 1 else ())
+                elif self.kind(sv) == "number" and n in info.tensor_params:  # `x * 2` saves the 2, wrapped
+                    saved_names.add(n)
+                    saves = sure_saves = True
                 elif any(isinstance(a, Unknown) for a in sv):
                     saved_names.add(n)
                     saves = True
         args = [(n, tensor_of(v).regions) for n, v in arg_nodes if n is not None and tensor_of(v) is not None]
-        self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True)
+        self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True,
+                    sure_saves=sure_saves, saved_sure=saved_sure)
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
-                                 False, view_leaf)})
+                                 False, view_leaf, sure=frozenset(sure))})
+
+    def all_of(self, values) -> frozenset:
+        """Several tensors that are all inputs of one op (`torch.cat([x, temb])`): unlike a join
+        (one of them), what each surely carries, the result surely carries."""
+        tensors = [(tensor_of(v), v) for v in values if tensor_of(v) is not None]
+        if not tensors:
+            return join_all(values)
+        out = Tensor(rg=_tri_or(t.rg for t, _ in tensors), leaf=None)
+        for t, v in tensors:
+            known = not any(isinstance(a, Unknown) for a in v)
+            out = replace(out, regions=out.regions | t.regions, freed=out.freed | t.freed, dirty=out.dirty | t.dirty,
+                          objs=out.objs | t.objs, sure=out.sure | (t.sure if known else frozenset()))
+        return frozenset({out})
 
     def view_of(self, v, node, st):
         t = tensor_of(v)
@@ -216,21 +286,29 @@ class TorchSemantics:
         return self.view_of(base, node, st)
 
     # ----------------------------------------------------------------- in-place
-    def inplace(self, node, target_node, target_val, others, st, op):
+    def inplace(self, node, target_node, target_val, others, st, op, definite=True):
         """An in-place op on `target_val`: a leaf check, a version bump, and the target now
-        carries the op's graph.  `op` is the in-place op's OpInfo or its name."""
+        carries the op's graph.  `op` is the in-place op's OpInfo or its name; `definite`
+        is False when the target may also be something other than this tensor."""
         t = tensor_of(target_val)
         if t is None:
             return target_val
+        definite = definite and len(target_val) == 1
         leaf = t.leaf is True and t.rg is True
-        if (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
-            self.facts.inplaces[self.key(node)] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
-                                                          t.objs, self.loops_here(), self.current_function())
-        else:
-            self.facts.inplaces.pop(self.key(node), None)
-        hit = self.version_bump(node, t.objs, st)
+        key = self.key(node)
+        if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
+            self.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
+                                               t.objs, self.loops_here(), self.current_function())
+        elif key in self.facts.inplaces and not self.facts.inplaces[key].leaf_requires_grad:
+            del self.facts.inplaces[key]  # a leaf error seen on one real path stays
+        sure = t.objs if definite and len(t.objs) == 1 else frozenset()
+        hit, sure_hit = self.version_bump(node, t.objs, st, sure)
         if hit:  # the values in hand were read before the bump
-            stale = lambda x: replace(x, dirty=x.dirty | (x.regions & hit))  # noqa: E731
+            sure_marks = frozenset((DIRTY, r) for r in sure_hit)
+
+            def stale(x):
+                carried = frozenset((DIRTY, r) for k, r in x.sure if k == CARRIES) & sure_marks
+                return replace(x, dirty=x.dirty | (x.regions & hit), sure=x.sure | carried)
             target_val = map_tensors(target_val, stale)
             others = [map_tensors(o, stale) for o in others]
         if st.grad is False or not (t.rg or any((tensor_of(o) or Tensor()).rg for o in others)):
@@ -247,18 +325,20 @@ class TorchSemantics:
             self.rebind(target_node, new, st)
         return new
 
-    def version_bump(self, node, objs, st) -> frozenset:
-        """Every region that saved one of `objs` now holds a stale version; returns them."""
-        if not objs:
-            return frozenset()
-        hit = frozenset(r.id for r in self.facts.regions.values() if r.saved_objs & objs)
+    def version_bump(self, node, objs, st, sure=frozenset()) -> tuple[frozenset, frozenset]:
+        """Every region that saved one of `objs` may now hold a stale version; those that saved
+        one of the `sure` storages (modified for sure, each one a single runtime storage)
+        surely do.  Returns (may, sure) regions."""
+        hit = frozenset(r for o in objs for r in self.saved_index.get(o, ()))
         if not hit:
-            return hit
-        for rid in hit:
+            return hit, hit
+        regs = self.facts.regions
+        sure = {o for o in sure if not is_summary(o)}
+        sure_hit = frozenset(r for r in hit if regs[r].certain and regs[r].saved_sure & sure)
+        for rid in sure_hit:
             self.facts.dirtied_by.setdefault(rid, set()).add(node)
-        mark_dirty(st, hit)
-        self.frame.dirtied |= hit
-        return hit
+        mark_dirty(st, hit, sure=sure_hit)
+        return hit, sure_hit
 
     def rebind(self, target, value, st):
         if isinstance(target, ast.Subscript):
@@ -283,7 +363,8 @@ class TorchSemantics:
         name = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}.get(
             type(s.op), "add_")
         numeric = frozenset(a for a in current if not isinstance(a, Tensor))
-        new = self.inplace(s, s.target, frozenset(a for a in current if isinstance(a, Tensor)), [rhs], st, name)
+        new = self.inplace(s, s.target, frozenset(a for a in current if isinstance(a, Tensor)), [rhs], st, name,
+                           definite=not numeric)
         if numeric:
             other = self.binop(s, s.op, numeric, rhs, st, s.target, s.value)
             self.rebind(s.target, join(new, other), st)
@@ -294,7 +375,7 @@ class TorchSemantics:
         key = self.key(s)
         if self.frame.loops and isinstance(s.op, ast.Add) and t is not None and t.rg is True:
             loops = tuple((self.frame.ctx, id(loop)) for loop in self.frame.loops)
-            self.facts.accumulations[key] = Accumulation(s, self.region_id(s), loops)
+            self.facts.accumulations[key] = Accumulation(s, self.site_key(s), loops)
         else:
             self.facts.accumulations.pop(key, None)
 
@@ -306,20 +387,30 @@ class TorchSemantics:
         self.note_event("backward", node)
         definite = all(isinstance(a, Tensor) for a in value)
         regs = self.facts.regions
-        freed_hit = frozenset(r for r in t.freed if r in regs and regs[r].saves and regs[r].certain)
-        dirty_hit = frozenset(r for r in t.dirty if r in regs and regs[r].saves and regs[r].certain
-                              and r not in t.freed)
+        freed_hit = frozenset(r for r in t.sure_regions(FREED) if r in regs and regs[r].sure_saves
+                              and regs[r].certain)
+        dirty_hit = frozenset(r for r in t.sure_regions(DIRTY) if r in regs and regs[r].certain
+                              and r not in freed_hit)
         carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
-        self.facts.backwards[self.key(node)] = Backward(
+        key = self.key(node)
+        prev = self.facts.backwards.get(key)
+        no_grad_fn = definite and t.rg is False and st.grad is not None
+        if prev is not None:  # what held on one real path (an earlier, concrete visit) stays
+            if not (freed_hit or dirty_hit):
+                carriers = prev.carriers
+            freed_hit |= prev.freed_hit
+            dirty_hit = (dirty_hit | prev.dirty_hit) - freed_hit
+            no_grad_fn |= prev.no_grad_fn
+        self.facts.backwards[key] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
-            definite and t.rg is False and st.grad is not None, carriers, freed_hit & t.dirty, t.cut)
-        self.facts.consumed_regions |= t.regions
+            no_grad_fn, carriers, freed_hit & t.dirty, t.cut)
+        self.facts.consumed_regions |= {r[:-1] for r in t.regions}
         if t.rg is not False:
             self.grads_written(st)
         if retain is False and t.rg is not False:
-            mark_freed(st, t.regions)
-            self.frame.freed |= t.regions
-            for r in t.regions:
+            sure = t.sure_regions(CARRIES) if definite and t.rg is True else frozenset()
+            mark_freed(st, t.regions, sure=sure)
+            for r in sure:
                 self.facts.freed_by.setdefault(r, set()).add(node)
 
     def carriers(self, regions, st) -> tuple:
@@ -338,9 +429,10 @@ class TorchSemantics:
         return tuple(sorted(out))
 
     def retain_flag(self, kwargs, positional=None):
-        v = kwargs.get("retain_graph")
-        if v is None:
-            v = kwargs.get("create_graph", positional)
+        """retain_graph as torch binds it: the keyword or its position, else create_graph's value."""
+        v = kwargs.get("retain_graph", positional)
+        if v is None or v == NONE:
+            v = kwargs.get("create_graph")
         if v is None:
             return False
         truth = self.truth_of(v)
@@ -390,7 +482,7 @@ class TorchSemantics:
         recv = node.func.value if isinstance(node.func, ast.Attribute) else None
         if name == K.BACKWARD_CALLS.tensor_method:
             pos = K.BACKWARD_CALLS.tensor_method_args["retain_graph_arg"]
-            self.backward(node, recv, v, self.retain_flag(kwargs, args[pos - 1] if len(args) >= pos else None), st)
+            self.backward(node, recv, v, self.retain_flag(kwargs, args[pos] if len(args) > pos else None), st)
             return NONE
         if name in K.FACTORY_METHODS:
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
@@ -426,25 +518,23 @@ class TorchSemantics:
 
     # ----------------------------------------------------------------- method calls on anything
     def call_method(self, recv, name, args, kwargs, st, node):
-        out = EMPTY
-        for a in recv:
-            single = frozenset({a})
-            if isinstance(a, Tensor):
-                r = self.tensor_method(single, name, args, kwargs, st, node)
-            elif isinstance(a, Obj) and a.kind == "module":
-                r = self.module_method(a, name, args, kwargs, st, node)
-            elif isinstance(a, Obj) and a.kind == "optimizer":
-                r = self.optimizer_method(a, name, args, kwargs, st, node)
-            elif isinstance(a, Obj) and a.kind == "scaler":
-                r = self.scaler_method(a, name, args, kwargs, st, node)
-            elif isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
-                r = self.container_method(a, name, args, kwargs, st, node)
-            elif isinstance(a, Super):
-                r = self.super_method(a, name, args, kwargs, st, node)
-            else:
-                r = self.unknown_method(name, args, kwargs, st, node)
-            out = join(out, r)
-        return out if out else UNKNOWN
+        return self.alternatives(recv, st, lambda a, st: self.method_of(a, recv, name, args, kwargs, st, node))
+
+    def method_of(self, a, recv, name, args, kwargs, st, node):
+        """A method call on one alternative `a` of the receiver `recv`."""
+        if isinstance(a, Tensor):
+            return self.tensor_method(frozenset({a}), name, args, kwargs, st, node)
+        if isinstance(a, Obj) and a.kind == "module":
+            return self.module_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
+        if isinstance(a, Obj) and a.kind == "optimizer":
+            return self.optimizer_method(a, name, args, kwargs, st, node)
+        if isinstance(a, Obj) and a.kind == "scaler":
+            return self.scaler_method(a, name, args, kwargs, st, node)
+        if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
+            return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
+        if isinstance(a, Super):
+            return self.super_method(a, name, args, kwargs, st, node)
+        return self.unknown_method(name, args, kwargs, st, node)
 
     def unknown_method(self, name, args, kwargs, st, node):
         """A method of something the engine does not model: `accelerator.backward(loss)` and
@@ -458,16 +548,14 @@ class TorchSemantics:
             self.note_event("zero_grad", node)
         return self.call_unknown(args, kwargs, st, node)
 
-    def container_method(self, obj, name, args, kwargs, st, node):
-        if name in ("append", "add", "insert", "appendleft"):
-            v = args[-1] if args else UNKNOWN
-            st.set_attr(obj.id, "<elems>", v, strong=False)
-            st.set_attr(obj.id, "<items>", UNKNOWN)
-            st.set_attr(obj.id, "<nonempty>", const(True))
-            return NONE
-        if name == "extend":
-            st.set_attr(obj.id, "<elems>", self.iter_elements(args[0], st) if args else UNKNOWN, strong=False)
-            st.set_attr(obj.id, "<items>", UNKNOWN)
+    def container_method(self, obj, name, args, kwargs, st, node, strong=False):
+        """List and dict methods.  On the one list a name surely holds (`strong`), `append`,
+        `insert` and `extend` keep its exact items: `layers = [nn.Linear(4, 8)]`, then
+        `layers.append(nn.ReLU())` is two known layers, not one that is both."""
+        if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "update", "clear", "__setitem__"):
+            st.set_attr(obj.id, "<keyset>", UNKNOWN)
+        if name in ("append", "add", "insert", "appendleft", "extend"):
+            self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
             return NONE
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
             return st.get_attr(obj.id, "<elems>") or UNKNOWN
@@ -487,6 +575,27 @@ class TorchSemantics:
             st.set_attr(obj.id, "<elems>", EMPTY)
             return NONE
         return UNKNOWN
+
+    def grow(self, obj, name, args, st, strong, elems_attr):
+        """`append`, `insert`, `extend` (and `add_module`) on a list or a module container: the
+        exact items stay known on the one object a name surely holds (`strong`)."""
+        added = [args[-1] if args else UNKNOWN] if name != "extend" else \
+            (self.exact_items(args[0], st) if args else None)
+        items = self.exact_items(frozenset({obj}), st) if strong else None
+        new = None
+        if items is not None and added is not None:
+            if name == "insert":
+                pos = self.int_const(args[0]) if len(args) == 2 else None
+                new = None if pos is None else items[:pos] + tuple(added) + items[pos:]
+            elif name == "appendleft":
+                new = tuple(added) + items
+            else:
+                new = items + tuple(added)
+        elems = join_all(added) if added is not None else (self.iter_elements(args[0], st) if args else UNKNOWN)
+        st.set_attr(obj.id, elems_attr, elems, strong=False)
+        st.set_attr(obj.id, "<items>", frozenset({Tup(new)}) if new is not None else UNKNOWN)
+        if name != "extend" or added:
+            st.set_attr(obj.id, "<nonempty>", const(True))
 
     def super_method(self, sup, name, args, kwargs, st, node):
         for base in st.get_attr(sup.class_id, "<bases>") or ():
@@ -618,12 +727,22 @@ class TorchSemantics:
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
-            nonempty = len(args) == 1 and any(isinstance(a, Const) and isinstance(a.value, int) and a.value > 0
-                                              for a in a0) and len(a0) == 1
-            return self.make_sequence(frozenset({Num()}), st, node, nonempty=nonempty or None)
+            ints = [self.int_const(a) for a in args[:3]] or [None]
+            start, stop, step = (0, ints[0], 1) if len(ints) == 1 else (ints + [1])[:3]
+            count = len(range(start, stop, step)) if None not in (start, stop, step) and step else None
+            seq = self.make_sequence(frozenset({Num()}), st, node, nonempty=bool(count) or None)
+            if start is not None and step:
+                st.set_attr(objs_of(seq)[0].id, "<counter>", const(("range", start, step)))
+            if count is not None:
+                st.set_attr(objs_of(seq)[0].id, "<count>", const(count))
+            return seq
         if name == "enumerate":
-            return self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
-                                      nonempty=self.is_nonempty(a0, st) or None)
+            start = self.int_const(args[1] if len(args) > 1 else kwargs.get("start", const(0)))
+            seq = self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
+                                     nonempty=self.is_nonempty(a0, st) or None)
+            if start is not None:
+                st.set_attr(objs_of(seq)[0].id, "<counter>", const(("enumerate", start, 1)))
+            return seq
         if name == "zip":
             return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
@@ -640,7 +759,8 @@ class TorchSemantics:
         if name == "next":
             return self.iter_elements(a0, st)
         if name == "sum":
-            elems = self.iter_elements(a0, st)
+            items = self.exact_items(a0, st)
+            elems = self.all_of(items) if items else self.iter_elements(a0, st)
             if tensor_of(elems) is not None:
                 return self.apply_op("add", node, [elems, elems], {}, st)
             return frozenset({Num()}) if self.kind(elems) == "number" else UNKNOWN
@@ -669,6 +789,10 @@ class TorchSemantics:
         if name == "dict":
             obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
             st.heap[obj.id] = {"<elems>": join_all(kwargs.values()) or UNKNOWN, "<keys>": UNKNOWN}
+            for k, v in kwargs.items():
+                st.set_attr(obj.id, "[" + k, v)
+            if not args:
+                st.set_attr(obj.id, "<keyset>", const(frozenset(kwargs)))
             return frozenset({obj})
         return UNKNOWN
 
@@ -694,17 +818,26 @@ class TorchSemantics:
         self.module_kind[obj.id] = cls_name
         attrs = {}
         if info.container:
-            if cls_name == "Sequential":
-                items = []
-                for a in args:
-                    ex = self.exact_items(a, st) if objs_of(a, "list") else None
-                    items.extend(ex if ex is not None else [a])
-                if len(args) == 1 and objs_of(args[0], "dict"):
-                    items = [self.iter_elements(args[0], st)]
-                attrs["<layers>"] = frozenset({Tup(tuple(items))})
-                attrs["<seq>"] = frozenset({Tup(tuple(items))})
+            # `<items>`: the layers one by one when known (a Sequential is their chain), `<layers>`: any of them
+            items = None
+            if cls_name == "Sequential" and len(args) == 1 and objs_of(args[0], "dict"):
+                attrs["<layers>"] = self.iter_elements(args[0], st)  # an OrderedDict: order unknown here
+            elif cls_name == "Sequential" and self.unknown_spread is not node:
+                items = tuple(args)
+            elif cls_name == "Sequential":
+                attrs["<layers>"] = join_all(args)  # `*layers` not known one by one: an opaque chain
+            elif not args:
+                items = ()
+            elif objs_of(args[0], "list") or any(isinstance(a, Tup) for a in args[0]):
+                items = self.exact_items(args[0], st)
+                attrs["<layers>"] = self.iter_elements(args[0], st)
+            elif objs_of(args[0], "dict"):  # ModuleDict: its values
+                attrs["<layers>"] = join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in objs_of(args[0], "dict"))
             else:
-                attrs["<layers>"] = self.iter_elements(args[0], st) if args else EMPTY
+                attrs["<layers>"] = self.iter_elements(args[0], st)
+            if items is not None:
+                attrs["<items>"] = frozenset({Tup(items)})
+                attrs["<layers>"] = join_all(items)
         flag = kwargs.get(info.inplace_arg) if info.inplace_arg else None
         if flag is None and info.inplace_pos is not None and info.inplace_pos < len(args):
             flag = args[info.inplace_pos]
@@ -763,6 +896,21 @@ class TorchSemantics:
         cut = frozenset(self.frozen_by[x.id] for x in mods if x.id in self.frozen_by) if rg is False else frozenset()
         return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut)})
 
+    def buffer_value(self, m: Obj) -> frozenset:
+        """The buffers of a built-in module (BatchNorm's running statistics): one storage here."""
+        return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("buffers", m.id)}))})
+
+    def buffers(self, m: Obj, st) -> list:
+        """Each buffer of `m` and its submodules: built-in ones and those registered by name."""
+        out = []
+        for x in self.submodules(m, st):
+            kind = self.module_kind.get(x.id)
+            info = K.module_info(kind) if kind not in (None, "local", "opaque") else None
+            if info is not None and info.buffer_params:
+                out.append(self.buffer_value(x))
+            out.extend(self.exact_items(st.get_attr(x.id, "<buffers>") or frozenset({Tup(())}), st) or [UNKNOWN])
+        return out
+
     def module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
         if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
@@ -770,7 +918,8 @@ class TorchSemantics:
         if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
                     "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
                     "register_buffer", "register_parameter", "add_module", "state_dict", "load_state_dict",
-                    "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers"):
+                    "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
+                    "insert"):
             return frozenset({Method(frozenset({m}), name)})
         if kind == "local":
             return UNKNOWN
@@ -781,9 +930,21 @@ class TorchSemantics:
             st.heap.setdefault(sub.id, {})
         return frozenset({sub})
 
-    def module_method(self, m: Obj, name, args, kwargs, st, node):
-        if name in ("parameters", "buffers"):
+    def module_method(self, m: Obj, name, args, kwargs, st, node, strong=False):
+        kind = self.module_kind.get(m.id)
+        container = kind not in (None, "local", "opaque") and K.module_info(kind).container
+        if container and (name in ("append", "extend", "insert") or (name == "add_module" and len(args) >= 2)):
+            self.grow(m, name if name != "add_module" else "append", args[-1:] if name == "add_module" else args,
+                      st, strong, "<layers>")
+            if name != "add_module":
+                return frozenset({m})
+        if name == "parameters":
             return self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
+        if name == "buffers":
+            if any(self.module_kind.get(x.id) == "opaque" for x in self.submodules(m, st)):
+                return self.make_sequence(UNKNOWN, st, node)  # buffers the engine cannot see
+            items = self.buffers(m, st)
+            return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=tuple(items))
         if name == "named_parameters":
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
@@ -806,6 +967,9 @@ class TorchSemantics:
             return frozenset({m})
         if name in ("train", "eval", "to", "cuda", "cpu", "float", "double", "half", "apply"):
             return frozenset({m})
+        if name == "register_buffer" and len(args) >= 2:
+            known = self.exact_items(st.get_attr(m.id, "<buffers>") or frozenset({Tup(())}), st)
+            st.set_attr(m.id, "<buffers>", frozenset({Tup(known + (args[1],))}) if known is not None else UNKNOWN)
         if name in ("register_buffer", "register_parameter", "add_module") and len(args) >= 2 \
                 and isinstance(node.args[0], ast.Constant):
             self.set_attribute(frozenset({m}), node.args[0].value, args[1], st, node)
@@ -819,7 +983,7 @@ class TorchSemantics:
         info = K.module_info(kind) if kind not in ("local", "opaque") else None
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
         if info is not None and info.container:
-            layers = self.exact_items(st.get_attr(m.id, "<seq>") or EMPTY, st)
+            layers = self.exact_items(frozenset({m}), st)
             if layers is None:
                 return self.generic_module(m, args, st, node, sub)
             out = x
@@ -847,6 +1011,8 @@ class TorchSemantics:
                     bound[p] = pv
                 inputs.append(pv)
                 modules = {m.id}
+            for p in info.buffer_params:
+                bound[p] = self.buffer_value(m)
             if arg_nodes is None:
                 arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
             arg_list = list(zip(arg_nodes, args))
@@ -855,16 +1021,13 @@ class TorchSemantics:
 
     def call_layer(self, layer, args, st, node, sub, arg_nodes):
         """One layer of a Sequential: `arg_nodes` name the input only for the first layer."""
-        out = EMPTY
-        for a in layer:
+        def call(a, st):
             if isinstance(a, Obj) and a.kind == "module":
                 if self.obj_class.get(a.id) is not None:
-                    out = join(out, self.call_object(a, args, {}, st, node))
-                else:
-                    out = join(out, self.module_call(a, args, {}, st, node, sub, arg_nodes))
-            else:
-                out = join(out, self.call_value(frozenset({a}), args, {}, st, node))
-        return out if out else UNKNOWN
+                    return self.call_object(a, args, {}, st, node)
+                return self.module_call(a, args, {}, st, node, sub, arg_nodes)
+            return self.call_value(frozenset({a}), args, {}, st, node)
+        return self.alternatives(layer, st, call)
 
     def generic_module(self, m, args, st, node, sub=0, arg_nodes=None):
         """A module whose computation is not known: it saves its inputs and its parameters."""
@@ -939,9 +1102,24 @@ class TorchSemantics:
         if st.get_attr(opt.id, GRADS) == const(False):
             self.facts.steps.pop(self.key(node), None)
             return  # no parameter has a grad: step() changes nothing
-        objs = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
+        params = st.get_attr(opt.id, "<params>") or EMPTY
+        objs = self.optimizer_objs(params, st)
         self.facts.steps[self.key(node)] = Step(node, objs)
-        self.version_bump(node, objs, st)
+        # Modified for sure: grads are surely set, and the parameter list is known to the last element.
+        sure = objs if st.get_attr(opt.id, GRADS) == const(True) and self.known_params(params, st) else frozenset()
+        self.version_bump(node, objs, st, sure)
+
+    def known_params(self, params, st, depth=0) -> bool:
+        """Whether a parameter collection holds nothing unknown (every element is a known tensor)."""
+        for a in params:
+            if isinstance(a, Unknown) or depth > 3:
+                return False
+            if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
+                if not self.known_params(st.get_attr(a.id, "<elems>") or UNKNOWN, st, depth + 1):
+                    return False
+            elif isinstance(a, Tup) and not all(self.known_params(i, st, depth + 1) for i in a.items):
+                return False
+        return True
 
     def scaler_method(self, scaler, name, args, kwargs, st, node):
         if name in K.BACKWARD_CALLS.passthrough_methods:

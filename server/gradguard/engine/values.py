@@ -7,16 +7,34 @@ region saved.  Freed/dirty flags live in the value, not in a global set, so a pa
 which the graph was freed and a path on which it was not stay apart after a join
 (`losses` rebuilt every iteration is not confused with the `loss` freed last iteration).
 
-Ids of regions and objects are `(context, site)`: the AST node that made them under the
-call string that reached it, so two calls of one helper make different regions.
+Every fact comes twice: as a *may* fact (`regions`, `freed`, `dirty`: it holds on some
+path; joins take the union) and as a *must* fact (`sure`: it holds on every path that
+reaches here with this value a tensor; joins take the intersection).  Only must facts
+predict an error; may facts feed the advisory rules, fixes and hover.
+
+Ids of regions and storages are `(context, site, sub, instance)`: the AST node that made
+them under the call string that reached it, and which evaluation of that node (see
+`SUMMARY`), so two calls of one helper, or two iterations of one loop, make different
+regions and different storages.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 # Tri-state facts: True, False, or None for "unknown" (both possible).
 Tri = Optional[bool]
+
+# The instance part of an id made while a loop is past its concrete iterations: the id then
+# stands for every later evaluation of its node at once (a summary), so no must fact rests on it.
+SUMMARY = "*"
+
+# Kinds of must facts in `Tensor.sure`, as (kind, region id) pairs.
+CARRIES, FREED, DIRTY = "c", "f", "d"
+
+
+def is_summary(ident: tuple) -> bool:
+    return ident[-1] == SUMMARY
 
 
 def tri_join(a: Tri, b: Tri) -> Tri:
@@ -34,6 +52,10 @@ class Tensor:
     retains_grad: bool = False
     view_of_leaf: bool = False  # a view of a leaf that requires grad (in place on it raises too)
     cut: frozenset = frozenset()  # for a value without grad: the nodes that cut its graph (detach, no_grad, ...)
+    sure: frozenset = frozenset()  # must facts: (CARRIES | FREED | DIRTY, region id)
+
+    def sure_regions(self, kind: str) -> frozenset:
+        return frozenset(r for k, r in self.sure if k == kind)
 
 
 @dataclass(frozen=True)
@@ -131,7 +153,7 @@ def join_tensors(a: Tensor, b: Tensor) -> Tensor:
         return a
     return Tensor(a.regions | b.regions, a.freed | b.freed, a.dirty | b.dirty, tri_join(a.rg, b.rg),
                   tri_join(a.leaf, b.leaf), a.objs | b.objs, a.retains_grad and b.retains_grad,
-                  a.view_of_leaf and b.view_of_leaf, a.cut | b.cut)
+                  a.view_of_leaf and b.view_of_leaf, a.cut | b.cut, a.sure & b.sure)
 
 
 MAX_ATOMS = 12
@@ -174,12 +196,15 @@ def normalize(v: Iterable) -> frozenset:
         t = tensors[0]
         for u in tensors[1:]:
             t = join_tensors(t, u)
+        if t.sure and any(isinstance(x, Unknown) for x in rest):
+            t = replace(t, sure=frozenset())  # the unknown alternative may be a tensor without these facts
         rest.add(t)
     for t in tuples.values():
         rest.add(t)
     out = frozenset(rest)
     if len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
-        keep = {x for x in out if isinstance(x, (Tensor, Obj))}
+        keep = {replace(x, sure=frozenset()) if isinstance(x, Tensor) else x
+                for x in out if isinstance(x, (Tensor, Obj))}
         out = frozenset(keep) | UNKNOWN
     return out
 

@@ -25,6 +25,8 @@ torchgen data; never edit by hand)
         the curated list plus every op all of whose overloads are non-differentiable.
     ``DETACH_METHODS`` / ``DETACH_ATTRIBUTES``
         graph cuts: ``detach()`` shares the version counter, ``.data`` does not.
+    ``NO_OUT_OF_PLACE``
+        in-place methods without an out-of-place twin (``zero_``): no `x = x.name()` fix.
     ``NO_GRAD_CONTEXTS`` / ``INFERENCE_MODE_CONTEXTS`` / ``ENABLE_GRAD_CONTEXTS`` / ``SET_GRAD_ENABLED``
         grad-mode switches (dotted names); results under no_grad have no grad_fn.
     ``OPTIMIZERS`` / ``OPTIMIZER_STEP_METHODS`` / ``ZERO_GRAD_METHODS``
@@ -59,7 +61,7 @@ __all__ = [
     "OpInfo", "ModuleInfo", "BackwardCalls", "resolve", "is_known", "overloads", "module_info",
     "FACTORIES", "FACTORY_METHODS", "FACTORIES_NUMBERS_ONLY", "FACTORIES_SHARING_INPUT",
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "NONDIFF_METHODS",
-    "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
+    "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "TORCH_VERSION",
@@ -274,8 +276,8 @@ def _candidates(ns: Optional[str], name: str) -> List[Tuple[dict, OpInfo]]:
     order = [("F", name), ("aten", name), ("py", name)] if ns == "F" else \
         [("aten", name), ("py", name), ("F", name)]
     for key in order:
-        if key in index:
-            return index[key]
+        if key in index:  # overloads without a Python binding are never what a call site means
+            return [c for c in index[key] if not c[0].get("hidden")] or index[key]
     if name in aliases and aliases[name] != name:
         return _candidates(ns if ns != "F" else None, aliases[name])
     return []
@@ -400,12 +402,13 @@ class ModuleInfo:
     returns_input: bool = False  # returns its argument itself (Identity)
     input_params: Tuple[str, ...] = ()
     param_params: Tuple[str, ...] = ()
+    buffer_params: Tuple[str, ...] = ()  # op params the module passes its buffers to (running stats)
 
     def op_info(self, inplace: bool = False) -> Optional[OpInfo]:
         op = self.inplace_op if inplace and self.inplace_op else self.op
         if op is None:
             return None
-        return resolve(op, (), self.input_params + self.param_params, method=False)
+        return resolve(op, (), self.input_params + self.param_params + self.buffer_params, method=False)
 
 
 @lru_cache(maxsize=None)
@@ -419,6 +422,7 @@ def _modules() -> Dict[str, ModuleInfo]:
             recurrent=bool(raw.get("recurrent", False)), returns_tuple=bool(raw.get("returns_tuple", False)),
             returns_input=bool(raw.get("returns_input", False)),
             input_params=tuple(raw.get("input_params", ())), param_params=tuple(raw.get("param_params", ())),
+            buffer_params=tuple(raw.get("buffer_params", ())),
         )
     return out
 
@@ -475,6 +479,8 @@ def _api_table(name: str):
         return frozenset(api["nondiff_methods"]["names"]) | frozenset(derived)
     if name == "DETACH_METHODS":
         return frozenset(api["detach"]["methods"])
+    if name == "NO_OUT_OF_PLACE":
+        return frozenset(api["no_out_of_place"]["names"])
     if name == "DETACH_ATTRIBUTES":
         return frozenset(api["detach"]["attributes"])
     if name == "NO_GRAD_CONTEXTS":

@@ -1,0 +1,15 @@
+# expect: clean
+# shape: extra backward passes in `for i in range(1, 1)`: the loop body never runs
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    for i in range(1, 1):
+        loss.backward()
+    opt.step()

@@ -1,0 +1,14 @@
+# expect: leaf_inplace
+# shape: the same manual SGD over a `params = list(model.parameters())` list, without no_grad
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+params = list(model.parameters())
+for step in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    for p in params:
+        p -= 0.1 * p.grad  # raises
+        p.grad = None
