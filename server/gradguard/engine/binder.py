@@ -10,6 +10,7 @@ parsing again.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -77,5 +78,38 @@ def functions(tree: ast.Module) -> list[FunctionSite]:
     return out
 
 
+def text_of(lines: list[str], node: ast.AST) -> str:
+    return "\n".join(lines[node.lineno - 1: getattr(node, "end_lineno", node.lineno)])
+
+
 def function_has_sink(lines: list[str], node: ast.AST) -> bool:
-    return has_sink("\n".join(lines[node.lineno - 1: getattr(node, "end_lineno", node.lineno)]))
+    return has_sink(text_of(lines, node))
+
+
+# Where a loop's second concrete iteration can matter: a backward (or a step before one) runs there.
+STATEFUL = re.compile(BACKWARD.pattern + r"|\.step\s*\(")
+
+
+class Statefulness:
+    """Which lines run a backward or an optimizer step, directly or by calling (by name) a
+    function that does: without one, what a loop's second iteration does fails no backward
+    in it, and gains nothing from running its iterations one by one.  A few regex passes over the text (one per round of callers found)."""
+
+    def __init__(self, source: str, sites: list[FunctionSite]):
+        self.starts = [0] + [m.end() for m in re.finditer(r"\n", source)]
+        self.lines = sorted({self.line_of(m.start()) for m in STATEFUL.finditer(source)})
+        names: set = set()
+        new = {site.node.name for site in sites if self.touches(site.node)}
+        while new:  # callers of stateful functions are stateful, by name
+            names |= new
+            calls = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(new))) + r")\s*\(")
+            self.lines = sorted(set(self.lines) | {self.line_of(m.start()) for m in calls.finditer(source)})
+            new = {site.node.name for site in sites if site.node.name not in names and self.touches(site.node)}
+
+    def line_of(self, pos: int) -> int:
+        return bisect.bisect_right(self.starts, pos)
+
+    def touches(self, node: ast.AST) -> bool:
+        """Whether a stateful line lies within `node` (a loop or a function)."""
+        i = bisect.bisect_left(self.lines, node.lineno)
+        return i < len(self.lines) and self.lines[i] <= getattr(node, "end_lineno", node.lineno)

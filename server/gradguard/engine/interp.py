@@ -129,6 +129,8 @@ class Interpreter(Expressions, TorchSemantics):
         self.lines = LINE_BREAK.split(source)  # numbered as `ast` numbers them
         self.sites = binder.functions(tree)
         self.owner_of = {f.node: f.owner for f in self.sites}
+        self.statefulness = None  # a binder.Statefulness, made when the first loop runs
+        self.stateful_loops: dict = {}  # loop node -> whether its iterations are worth running one by one
         self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
         self.module_like = binder.module_like(source, K.MODULE_METHODS)
         # In a function no module-level code called, the caller's grad mode is unknown (EMA and
@@ -139,7 +141,8 @@ class Interpreter(Expressions, TorchSemantics):
         self.statement = None  # the statement being executed
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
-        self.widening = 0  # loops now past their concrete iterations: new ids are summaries
+        self.widening = 0
+        self.tensor_events = 0  # tensors made, backwards and in-place ops run so far (see `loop`)  # loops now past their concrete iterations: new ids are summaries
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
     # ----------------------------------------------------------------- driver
@@ -477,17 +480,31 @@ class Interpreter(Expressions, TorchSemantics):
         where loop-carried graphs fail); then the body is iterated to a fixpoint from the
         join of every iteration count, with summary ids, which adds only may facts.  A loop
         known to run `count` times, no more than the fixpoint would take, runs exactly that
-        many concrete iterations (`for epoch in range(3)`)."""
+        many concrete iterations (`for epoch in range(3)`).  A loop that runs no backward
+        or step (itself or through the functions it calls), or whose first
+        iteration made no tensor, goes straight to the fixpoint: most loops of library code
+        have nothing to learn from a second concrete run; so does a loop nested in one that
+        is widening."""
         fr = self.frame
         fr.loops.append(s)
         fr.events.append(set())
         head = st  # the join of the states after 0, 1, 2, ... iterations
         back = backs = breaks = None  # after the last iteration run; after any iteration; at a break
         widened = False
-        exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0
+        stateful = self.stateful_loops.get(s)
+        if stateful is None:
+            if self.statefulness is None:
+                self.statefulness = binder.Statefulness(self.source, self.sites)
+            stateful = self.stateful_loops[s] = self.statefulness.touches(s)
+        # Inside a loop that is widening every id is a summary: no iteration here can be concrete.
+        exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0 and not self.widening
+        concrete_rounds = MAX_LOOP_ROUNDS if exact else 0 if self.widening else CONCRETE_ITERATIONS if stateful else 1
+        work = self.tensor_events
         try:
             for i in range(MAX_LOOP_ROUNDS if self.budget > 0 else CONCRETE_ITERATIONS):
-                concrete = i < CONCRETE_ITERATIONS or exact
+                if i == 1 and self.tensor_events == work:
+                    concrete_rounds = exact = 0
+                concrete = i < concrete_rounds
                 if (concrete and i and back is None) or (count is not None and i >= count):
                     break  # no iteration goes on to the next
                 if not concrete and not widened:

@@ -112,6 +112,7 @@ class TorchSemantics:
         """A new id for this evaluation of `node`: numbered while every enclosing loop runs one
         of its concrete iterations, a summary of all later evaluations once a loop widens."""
         key = self.site_key(node, sub)
+        self.tensor_events += 1
         if self.widening:
             return key + (SUMMARY,)
         n = self.instances.get(key, 0) + 1
@@ -329,6 +330,7 @@ class TorchSemantics:
         """Every region that saved one of `objs` may now hold a stale version; those that saved
         one of the `sure` storages (modified for sure, each one a single runtime storage)
         surely do.  Returns (may, sure) regions."""
+        self.tensor_events += 1
         hit = frozenset(r for o in objs for r in self.saved_index.get(o, ()))
         if not hit:
             return hit, hit
@@ -385,6 +387,7 @@ class TorchSemantics:
         if t is None:
             return
         self.note_event("backward", node)
+        self.tensor_events += 1
         definite = all(isinstance(a, Tensor) for a in value)
         regs = self.facts.regions
         freed_hit = frozenset(r for r in t.sure_regions(FREED) if r in regs and regs[r].sure_saves
