@@ -328,9 +328,13 @@ class Expressions:
         return out if out else UNKNOWN
 
     def is_nonempty(self, v, st) -> bool:
+        """Whether iterating `v` surely gives an element.  A tensor is taken to have a first
+        dimension (`for x_t in sequence:` runs), as a training loop is taken to run."""
         if not v:
             return False
         for a in v:
+            if isinstance(a, Tensor):
+                continue
             if isinstance(a, Tup):
                 if not a.items:
                     return False
@@ -520,9 +524,9 @@ class Expressions:
         return self.call_unknown(args, kwargs, st, node)
 
     def instantiate(self, cls, args, kwargs, st, node, run_init=True, ctx=None):
-        ctx = ctx if ctx is not None else self.frame.ctx
         is_module = self.is_module_class(cls.id, st)
-        obj = Obj(("obj", ctx, id(node)), "module" if is_module else "instance")
+        ident = ("obj", ctx, id(node)) if ctx is not None else ("obj",) + self.region_id(node, "obj")
+        obj = Obj(ident, "module" if is_module else "instance")
         self.obj_class[obj.id] = cls.id
         if is_module:
             self.module_kind[obj.id] = "local"

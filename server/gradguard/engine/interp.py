@@ -20,7 +20,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.state import GLOBALS, State, join_states
+from gradguard.engine.state import GLOBALS, State, adopt_sure, join_states
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
@@ -490,6 +490,7 @@ class Interpreter(Expressions, TorchSemantics):
         fr.events.append(set())
         head = st  # the join of the states after 0, 1, 2, ... iterations
         back = backs = breaks = None  # after the last iteration run; after any iteration; at a break
+        concrete_backs = None  # after any concrete iteration
         widened = False
         stateful = self.stateful_loops.get(s)
         if stateful is None:
@@ -502,7 +503,7 @@ class Interpreter(Expressions, TorchSemantics):
         work = self.tensor_events
         try:
             for i in range(MAX_LOOP_ROUNDS if self.budget > 0 else CONCRETE_ITERATIONS):
-                if i == 1 and self.tensor_events == work:
+                if i == 1 and self.tensor_events == work and not exact:
                     concrete_rounds = exact = 0
                 concrete = i < concrete_rounds
                 if (concrete and i and back is None) or (count is not None and i >= count):
@@ -518,6 +519,8 @@ class Interpreter(Expressions, TorchSemantics):
                 breaks = join_states(breaks, brk)
                 back = join_states(out, cont)
                 backs = join_states(backs, back)
+                if concrete:
+                    concrete_backs = join_states(concrete_backs, back)
                 new_head = join_states(head, back)
                 if not concrete and new_head == head:
                     break
@@ -532,6 +535,8 @@ class Interpreter(Expressions, TorchSemantics):
         exit_st = None
         if exits_normally:
             exit_st = back if exact else head if may_be_empty else backs
+            if widened and exit_st is not None:
+                exit_st = adopt_sure(exit_st, join_states(st, concrete_backs) if may_be_empty else concrete_backs)
             if exit_st is not None:
                 exit_st = self.exec_block(s.orelse, exit_st.copy())
         return join_states(exit_st, breaks)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.values import CARRIES, DIRTY, FREED, Tensor, join, map_tensors, tri_join
+from gradguard.engine.values import CARRIES, DIRTY, FREED, Tensor, Tup, join, map_tensors, tensor_of, tri_join
 
 GLOBALS = ("<module>",)
 
@@ -124,3 +124,51 @@ def mark_dirty(st: State, regions: frozenset, sure: frozenset = frozenset()) -> 
     """An in-place op changed a tensor that `regions` saved for backward (`sure`: that very
     storage, after the save, on every path)."""
     _mark(st, regions, "dirty", sure)
+
+
+def _sure_from(v: frozenset, c) -> frozenset:
+    """`v` with the must facts of `c` (the same value on fewer paths) instead of its own."""
+    if v is c or not any(isinstance(a, (Tensor, Tup)) for a in v):
+        return v
+
+    def fn(t: Tensor):
+        ct = tensor_of(c) if c else None
+        sure = ct.sure if ct is not None else frozenset()
+        return t if t.sure == sure else replace(t, sure=sure)
+    out = []
+    changed = False
+    for a in v:
+        b = a
+        if isinstance(a, Tensor):
+            b = fn(a)
+        elif isinstance(a, Tup):
+            twin = next((x for x in c or () if isinstance(x, Tup) and len(x.items) == len(a.items)), None)
+            items = tuple(_sure_from(i, twin.items[k] if twin else None) for k, i in enumerate(a.items))
+            b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items)
+        changed |= b is not a
+        out.append(b)
+    return frozenset(out) if changed else v
+
+
+def adopt_sure(full: State, concrete: State | None) -> State:
+    """`full` (the join over every path) with the must facts of `concrete` (its iterations run
+    one by one): after a loop, what held after each of its first iterations is what we report,
+    as a bounded unrolling does; its later iterations, summarised, add only may facts."""
+    out = full.copy()
+    src = concrete or State({}, {}, None, full.statics)
+    for k, v in out.env.items():
+        out.env[k] = _sure_from(v, src.env.get(k))
+    for oid, attrs in full.heap.items():
+        theirs = src.heap.get(oid, {})
+        if theirs is attrs:
+            continue
+        new = None
+        for name, v in attrs.items():
+            w = _sure_from(v, theirs.get(name)) if isinstance(v, frozenset) else v
+            if w is not v:
+                if new is None:
+                    new = dict(attrs)
+                new[name] = w
+        if new is not None:
+            out.heap[oid] = new
+    return out

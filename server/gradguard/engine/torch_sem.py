@@ -27,6 +27,9 @@ from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, S
 # Device/dtype moves keep the value's graph and storage identity for this analysis (a dtype
 # change adds a ToCopy node that saves nothing; integer casts are in NONDIFF_METHODS).
 GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set, so step() changes parameters
+# On the module globals: the storages of the leaves whose .grad is surely set, one Const per alternative
+# (a join keeps both; what every alternative has is sure).  step() surely changes only those.
+SURE_GRADS = "<sure grads>"
 IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
                               "contiguous", "pin_memory", "share_memory_"})
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
@@ -141,11 +144,11 @@ class TorchSemantics:
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
-               sure_saves=False, saved_sure=()) -> Region:
+               sure_saves=False, saved_sure=(), leaves=()) -> Region:
         reg = self.facts.regions.get(rid)
         if reg is None:
-            reg = Region(rid, node, loops=self.loops_here(),
-                         function=self.current_function())
+            reg = Region(rid, node, loops=self.loops_here(), function=self.current_function(),
+                         order=len(self.facts.regions))
             self.facts.regions[rid] = reg
         reg.saves |= saves
         reg.certain |= certain
@@ -153,6 +156,7 @@ class TorchSemantics:
         reg.saved_names |= set(saved_names)
         reg.modules |= set(modules)
         reg.sure_saves |= sure_saves
+        reg.leaves |= set(leaves)
         reg.saved_sure |= {o for o in saved_sure if not is_summary(o)}
         for o in saved_objs:
             self.saved_index.setdefault(o, set()).add(rid)
@@ -256,8 +260,10 @@ class TorchSemantics:
                     saved_names.add(n)
                     saves = True
         args = [(n, tensor_of(v).regions) for n, v in arg_nodes if n is not None and tensor_of(v) is not None]
+        leaves = [o for v in inputs if len(v) == 1 and (t := tensor_of(v)) is not None and t.leaf is True
+                  and t.rg is True for o in t.objs]
         self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True,
-                    sure_saves=sure_saves, saved_sure=saved_sure)
+                    sure_saves=sure_saves, saved_sure=saved_sure, leaves=leaves)
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
                                  False, view_leaf, sure=frozenset(sure))})
 
@@ -394,22 +400,28 @@ class TorchSemantics:
                               and regs[r].certain)
         dirty_hit = frozenset(r for r in t.sure_regions(DIRTY) if r in regs and regs[r].certain
                               and r not in freed_hit)
-        carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
+        if freed_hit and dirty_hit:  # torch runs the newest node first: its error is the one raised
+            newest = lambda hit: max(regs[r].order for r in hit)  # noqa: E731
+            freed_hit, dirty_hit = (freed_hit, frozenset()) if newest(freed_hit) > newest(dirty_hit) else \
+                (frozenset(), dirty_hit)
         key = self.key(node)
         prev = self.facts.backwards.get(key)
         no_grad_fn = definite and t.rg is False and st.grad is not None
-        if prev is not None:  # what held on one real path (an earlier, concrete visit) stays
-            if not (freed_hit or dirty_hit):
-                carriers = prev.carriers
-            freed_hit |= prev.freed_hit
-            dirty_hit = (dirty_hit | prev.dirty_hit) - freed_hit
-            no_grad_fn |= prev.no_grad_fn
+        if prev is not None and (prev.freed_hit or prev.dirty_hit or prev.no_grad_fn):
+            # An earlier visit (an earlier iteration) raised already: that is the error this line gives.
+            freed_hit, dirty_hit, no_grad_fn = prev.freed_hit, prev.dirty_hit, prev.no_grad_fn
+            carriers = prev.carriers
+        else:
+            carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
         self.facts.backwards[key] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
             no_grad_fn, carriers, freed_hit & t.dirty, t.cut)
         self.facts.consumed_regions |= {r[:-1] for r in t.regions}
         if t.rg is not False:
             self.grads_written(st)
+        if definite and t.rg is True:
+            reached = frozenset(o for r in t.sure_regions(CARRIES) if r in regs for o in regs[r].leaves)
+            self.update_sure_grads(st, lambda objs: objs | reached)
         if retain is False and t.rg is not False:
             sure = t.sure_regions(CARRIES) if definite and t.rg is True else frozenset()
             mark_freed(st, t.regions, sure=sure)
@@ -471,6 +483,9 @@ class TorchSemantics:
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
         elif name == "grad":
             self.note_event("zero_grad", target)
+            if v != NONE:  # `p.grad = torch.zeros_like(p)`: set, but not from a backward we can see
+                return
+            self.update_sure_grads(st, lambda objs: objs - t.objs)
 
     def set_parameters_rg(self, t: Tensor, flag, st) -> None:
         """A parameter's requires_grad changed: so did its module's (they share one flag here)."""
@@ -549,6 +564,7 @@ class TorchSemantics:
             return NONE
         if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
+            self.update_sure_grads(st, lambda objs: frozenset())  # which grads it cleared is unknown
         return self.call_unknown(args, kwargs, st, node)
 
     def container_method(self, obj, name, args, kwargs, st, node, strong=False):
@@ -817,7 +833,7 @@ class TorchSemantics:
 
     # ----------------------------------------------------------------- modules
     def make_module(self, cls_name, info, args, kwargs, st, node):
-        obj = Obj(("obj", self.frame.ctx, id(node)), "module")
+        obj = Obj(("obj",) + self.region_id(node, "obj"), "module")  # `[nn.Linear(4, 4) for _ in ...]`: several
         self.module_kind[obj.id] = cls_name
         attrs = {}
         if info.container:
@@ -961,6 +977,10 @@ class TorchSemantics:
             return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
         if name == "zero_grad":
             self.note_event("zero_grad", node)
+            flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
+            if flag is not False:
+                cleared = frozenset(("params", x.id) for x in self.submodules(m, st))
+                self.update_sure_grads(st, lambda objs: objs - cleared)
             return NONE
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else True
@@ -1065,12 +1085,25 @@ class TorchSemantics:
             if GRADS in attrs and oid != GLOBALS:
                 st.set_attr(oid, GRADS, const(True))
 
+    def sure_grads(self, st) -> frozenset:
+        """Storages of the leaves whose .grad is set on every path here."""
+        v = st.get_attr(GLOBALS, SURE_GRADS) or const(frozenset())
+        sets = [a.value for a in v if isinstance(a, Const)]
+        return frozenset.intersection(*sets) if sets and len(sets) == len(v) else frozenset()
+
+    def update_sure_grads(self, st, fn) -> None:
+        v = st.get_attr(GLOBALS, SURE_GRADS) or const(frozenset())
+        st.set_attr(GLOBALS, SURE_GRADS, frozenset(Const(fn(a.value)) for a in v if isinstance(a, Const)))
+
     def grads_cleared(self, opt, kwargs, st):
         """zero_grad() sets grads to None (set_to_none defaults to True): a step before the
         next backward skips every parameter."""
         flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
         if flag is True:
             st.set_attr(opt.id, GRADS, const(False))
+        if flag is not False:
+            cleared = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
+            self.update_sure_grads(st, lambda objs: objs - cleared)
 
     def optimizer_objs(self, params, st, depth=0) -> frozenset:
         out = set()
@@ -1108,8 +1141,9 @@ class TorchSemantics:
         params = st.get_attr(opt.id, "<params>") or EMPTY
         objs = self.optimizer_objs(params, st)
         self.facts.steps[self.key(node)] = Step(node, objs)
-        # Modified for sure: grads are surely set, and the parameter list is known to the last element.
-        sure = objs if st.get_attr(opt.id, GRADS) == const(True) and self.known_params(params, st) else frozenset()
+        # Modified for sure: the parameters whose grads are surely set (a backward surely reached them
+        # since the last zero_grad), of a parameter list known to the last element.
+        sure = objs & self.sure_grads(st) if self.known_params(params, st) else frozenset()
         self.version_bump(node, objs, st, sure)
 
     def known_params(self, params, st, depth=0) -> bool:
