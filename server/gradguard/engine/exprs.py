@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from gradguard.engine.state import State, join_states
+from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, join, join_all,
     objs_of, tensor_of,
@@ -630,6 +630,12 @@ class Expressions:
                 else:
                     return None
                 return res if isinstance(op, ast.Is) else not res
+            comp = test.comparators[0]
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(comp, ast.Call) and not comp.args \
+                    and isinstance(comp.func, ast.Name) and comp.func.id == "locals" and not self.frame.is_module \
+                    and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str):
+                bound = surely_bound(st, test.left.value)  # `if "h" in locals():`
+                return None if bound is None else bound == isinstance(op, ast.In)
             if isinstance(op, (ast.In, ast.NotIn)) and len(left) == 1 and len(right) == 1:
                 (a,), (b,) = tuple(left), tuple(right)
                 keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None

@@ -20,7 +20,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.state import GLOBALS, State, adopt_sure, join_states
+from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
@@ -221,6 +221,8 @@ class Interpreter(Expressions, TorchSemantics):
             st.set_attr(GLOBALS, name, value)
         else:
             st.env[name] = value
+            if MAYBE_UNBOUND in st.env and name in maybe_unbound(st):
+                st.env[MAYBE_UNBOUND] = const(maybe_unbound(st) - {name})
 
     # ----------------------------------------------------------------- statements
     def exec_block(self, stmts, st: State | None) -> State | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.values import CARRIES, DIRTY, FREED, Tensor, Tup, join, map_tensors, tensor_of, tri_join
+from gradguard.engine.values import CARRIES, DIRTY, FREED, Const, Tensor, Tup, join, map_tensors, tensor_of, tri_join
 
 GLOBALS = ("<module>",)
 
@@ -74,7 +74,25 @@ def join_states(a: State | None, b: State | None) -> State | None:
             mine = heap.get(k)
             if mine is not attrs:
                 heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
-    return State(_join_dicts(a.env, b.env), heap, tri_join(a.grad, b.grad), a.statics)
+    env = _join_dicts(a.env, b.env)
+    if a.env.keys() != b.env.keys() or MAYBE_UNBOUND in env:  # a local bound on one side only may be unbound
+        unbound = a.env.keys() ^ b.env.keys() | maybe_unbound(a) | maybe_unbound(b)
+        env[MAYBE_UNBOUND] = frozenset({Const(frozenset(unbound - {MAYBE_UNBOUND}))})
+    return State(env, heap, tri_join(a.grad, b.grad), a.statics)
+
+
+MAYBE_UNBOUND = "<maybe unbound>"  # in a frame's env: the locals bound on some paths only
+
+
+def maybe_unbound(st: State) -> frozenset:
+    return frozenset().union(*(a.value for a in st.env.get(MAYBE_UNBOUND, ()) if isinstance(a, Const)))
+
+
+def surely_bound(st: State, name: str):
+    """Whether a local is bound here on every path (True), on none (False), or on some (None)."""
+    if name not in st.env:
+        return False
+    return None if name in maybe_unbound(st) else True
 
 
 def _rewrite(st: State, fn) -> None:
@@ -84,15 +102,22 @@ def _rewrite(st: State, fn) -> None:
         if w is not v:
             st.env[k] = w
     for oid, attrs in st.heap.items():
-        new = None
-        for name, v in attrs.items():
-            w = map_tensors(v, fn)
-            if w is not v:
-                if new is None:
-                    new = dict(attrs)
-                new[name] = w
-        if new is not None:
+        new = _updated(attrs, lambda name, v: map_tensors(v, fn))
+        if new is not attrs:
             st.heap[oid] = new
+
+
+def _updated(attrs: dict, fn) -> dict:
+    """`attrs` with each value `v` of `name` replaced by `fn(name, v)`: a new dict if any
+    changed (heap entries are never written in place), else `attrs` itself."""
+    new = None
+    for name, v in attrs.items():
+        w = fn(name, v)
+        if w is not v:
+            if new is None:
+                new = dict(attrs)
+            new[name] = w
+    return attrs if new is None else new
 
 
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:
@@ -160,15 +185,7 @@ def adopt_sure(full: State, concrete: State | None) -> State:
         out.env[k] = _sure_from(v, src.env.get(k))
     for oid, attrs in full.heap.items():
         theirs = src.heap.get(oid, {})
-        if theirs is attrs:
-            continue
-        new = None
-        for name, v in attrs.items():
-            w = _sure_from(v, theirs.get(name)) if isinstance(v, frozenset) else v
-            if w is not v:
-                if new is None:
-                    new = dict(attrs)
-                new[name] = w
-        if new is not None:
-            out.heap[oid] = new
+        if theirs is not attrs:
+            out.heap[oid] = _updated(attrs, lambda name, v, theirs=theirs: _sure_from(v, theirs.get(name))
+                                     if isinstance(v, frozenset) else v)
     return out
