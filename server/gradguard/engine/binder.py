@@ -93,7 +93,8 @@ STATEFUL = re.compile(BACKWARD.pattern + r"|\.step\s*\(")
 class Statefulness:
     """Which lines run a backward or an optimizer step, directly or by calling (by name) a
     function that does: without one, what a loop's second iteration does fails no backward
-    in it, and gains nothing from running its iterations one by one.  A few regex passes over the text (one per round of callers found)."""
+    in it, and gains nothing from running its iterations one by one.  A few regex passes
+    over the text (one per round of callers found)."""
 
     def __init__(self, source: str, sites: list[FunctionSite]):
         self.starts = [0] + [m.end() for m in re.finditer(r"\n", source)]

@@ -141,8 +141,8 @@ class Interpreter(Expressions, TorchSemantics):
         self.statement = None  # the statement being executed
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
-        self.widening = 0
-        self.tensor_events = 0  # tensors made, backwards and in-place ops run so far (see `loop`)  # loops now past their concrete iterations: new ids are summaries
+        self.widening = 0  # loops now past their concrete iterations: new ids are summaries
+        self.tensor_events = 0  # tensors made, backwards and in-place ops run so far (see `loop`)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
     # ----------------------------------------------------------------- driver

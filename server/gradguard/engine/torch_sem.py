@@ -19,8 +19,8 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, join,
-    is_summary, join_all, map_tensors, objs_of, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
+    Tup, Unknown, const, is_summary, join, join_all, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
