@@ -985,8 +985,11 @@ def generate():
     names = {e["name"] for e in ops}
     aliases = dict(NAME_ALIASES)
     aliases.update((k, v) for k, v in builtin_aliases.items() if v in names and k not in names)
+    # Every public name a Tensor has: anything else read off a value taken for a tensor means it
+    # was something else (a model output object), and the analysis must not go on as if it were.
+    attributes = sorted(n for n in dir(torch.Tensor) if not n.startswith("_") or n.startswith("__"))
     return {"torch": torch.__version__.split("+")[0], "aliases": dict(sorted(aliases.items())),
-            "defaults": DEFAULTS, "ops": [_compact(e) for e in ops]}
+            "defaults": DEFAULTS, "tensor_attributes": attributes, "ops": [_compact(e) for e in ops]}
 
 
 def dumps(data) -> str:
@@ -997,6 +1000,7 @@ def dumps(data) -> str:
         "torch": data["torch"],
         "aliases": data["aliases"],
         "defaults": data["defaults"],
+        "tensor_attributes": data["tensor_attributes"],
     }
     lines = ["{"]
     for k, v in head.items():

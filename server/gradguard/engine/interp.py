@@ -91,12 +91,23 @@ def _scope(func) -> tuple[frozenset, frozenset]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
         for t in targets:
-            names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            names.update(_bound_names(t))
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             seq = getattr(node, field, None)
             if isinstance(seq, list):
                 stack.extend(seq)
     return frozenset(names - declared), frozenset(declared)
+
+
+def _bound_names(target):
+    """Names an assignment target binds: `a`, `a, (b, *c)`; not `torch.x` nor `d[k]`."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for t in target.elts:
+            yield from _bound_names(t)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
 
 
 def _walk_own(func):

@@ -470,8 +470,8 @@ class TorchSemantics:
             return const(t.rg) if t.rg is not None else UNKNOWN
         if name == "is_leaf":
             return const(t.leaf) if t.leaf is not None else UNKNOWN
-        if name in K.GRAPH_FREE_ATTRIBUTES:
-            return UNKNOWN
+        if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
+            return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
 
     def set_tensor_attribute(self, base, name, v, st, target):

@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence, Tuple
 
 __all__ = [
-    "OpInfo", "ModuleInfo", "BackwardCalls", "resolve", "is_known", "overloads", "module_info",
+    "OpInfo", "ModuleInfo", "BackwardCalls", "resolve", "is_known", "is_tensor_attribute", "overloads", "module_info",
     "FACTORIES", "FACTORY_METHODS", "FACTORIES_NUMBERS_ONLY", "FACTORIES_SHARING_INPUT",
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
@@ -191,7 +191,7 @@ def _load() -> Dict[str, Any]:
             info = _make_info(e)
             index.setdefault((e["ns"], e["name"]), []).append((e, info))
         data = {"index": index, "aliases": ops.get("aliases", {}), "torch": ops.get("torch", ""),
-                "api": api}
+                "api": api, "tensor_attributes": frozenset(ops.get("tensor_attributes", ()))}
         _DATA.update(data)
     return _DATA
 
@@ -287,6 +287,11 @@ def overloads(name: str) -> Tuple[OpInfo, ...]:
     """Every overload a name can mean (same lookup as resolve)."""
     ns, bare, _ = _split_name(name)
     return tuple(info for _, info in _candidates(ns, bare))
+
+
+def is_tensor_attribute(name: str) -> bool:
+    """Whether `torch.Tensor` has this attribute or method (from the torch wheel)."""
+    return name in _load()["tensor_attributes"]
 
 
 def is_known(name: str) -> bool:
