@@ -156,6 +156,29 @@ async def test_hover_explains_the_finding_and_the_backward(push: LanguageClient)
     assert "requires grad" in hover.contents.value
 
 
+async def test_hover_tells_a_sure_fact_from_one_on_some_paths(push: LanguageClient):
+    """A graph freed on one branch only is no error (nothing is reported) and hover says so."""
+    text = ("import torch\n"
+            "x = torch.randn(3, requires_grad=True)\n"
+            "y = x.exp()\n"
+            "if x.sum() > 0:\n"
+            "    y.sum().backward()\n"
+            "z = y * 2\n"
+            "w = y.sum()\n"
+            "w.backward()\n"
+            "v = w * 2\n")
+    opened(push, text)
+    assert await published(push) == []
+
+    async def hover(line, character):
+        return (await push.text_document_hover_async(types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=URI),
+            position=types.Position(line=line, character=character)))).contents.value
+    assert "Freed by an earlier backward on some paths only" in await hover(5, 4)
+    surely = await hover(8, 4)
+    assert "Freed by an earlier backward:" in surely and "on some paths" not in surely
+
+
 async def test_code_actions_resolve_to_edits_that_fix_the_program(pull: LanguageClient):
     opened(pull, BUGGY)
     params = types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=URI))

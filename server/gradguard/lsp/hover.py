@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 
+from gradguard.engine.values import DIRTY, FREED
 from gradguard.facts import Facts
 from gradguard.findings import Finding, Span
 from gradguard.rules import rule_by_code
@@ -80,9 +81,9 @@ def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
 
 
 def _regions_text(facts: Facts, regions, limit: int = 3) -> str:
-    saving = sorted((facts.regions[r] for r in regions if r in facts.regions and facts.regions[r].saves),
-                    key=lambda r: (r.node.lineno, r.node.col_offset))
-    shown = ", ".join(f"`{facts.text(r.node, 40)}` (line {r.node.lineno})" for r in saving[:limit])
+    nodes = {facts.regions[r].node for r in regions if r in facts.regions and facts.regions[r].saves}
+    saving = sorted(nodes, key=lambda n: (n.lineno, n.col_offset))  # one entry per op, whatever the iteration
+    shown = ", ".join(f"`{facts.text(n, 40)}` (line {n.lineno})" for n in saving[:limit])
     more = f" and {len(saving) - limit} more" if len(saving) > limit else ""
     return shown + more
 
@@ -112,8 +113,11 @@ def _value_markdown(facts: Facts, node) -> str:
     graph = _regions_text(facts, t.regions)
     if graph:
         parts.append(f"Carries the graph of {graph}.")
-    if t.freed & t.regions:
-        parts.append(f"Freed by an earlier backward: {_regions_text(facts, t.freed)}.")
-    if t.dirty & t.regions:
-        parts.append(f"Saved tensors changed in place since: {_regions_text(facts, t.dirty)}.")
+    for kind, possible, text in ((FREED, t.freed, "Freed by an earlier backward"),
+                                 (DIRTY, t.dirty, "Saved tensors changed in place since")):
+        surely = t.sure_regions(kind)
+        if surely:
+            parts.append(f"{text}: {_regions_text(facts, surely)}.")
+        elif possible & t.regions:
+            parts.append(f"{text} on some paths only: {_regions_text(facts, possible)}.")
     return "\n\n".join(parts)
