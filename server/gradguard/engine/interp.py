@@ -136,6 +136,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.obj_class: dict = {}  # instance object id -> class object id
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
         self.no_grad_funcs: set = set()
+        self.unknown_grad_funcs: set = set()  # decorated by something that may switch gradients off
         self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
         self.lines = LINE_BREAK.split(source)  # numbered as `ast` numbers them
         self.sites = binder.functions(tree)
@@ -369,6 +370,8 @@ class Interpreter(Expressions, TorchSemantics):
         for item in s.items:
             ctx = self.eval(item.context_expr, st)
             mode = self.grad_mode_of(ctx)
+            if mode == "keep" and _may_switch_grad(item.context_expr):
+                mode = None  # a library's own `no_grad()`: gradient recording is not known inside
             if mode != "keep":
                 st.grad = mode
                 if mode is False:
@@ -428,6 +431,8 @@ class Interpreter(Expressions, TorchSemantics):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
             elif self.grad_mode_of(dv) is False:
                 self.no_grad_funcs.add(s)
+            elif self.grad_mode_of(dv) == "keep" and _may_switch_grad(d):
+                self.unknown_grad_funcs.add(s)
         if value is None:
             value = frozenset({Func(s, kind=kind)})
         self.bind(s.name, value, st)
@@ -585,7 +590,8 @@ class Interpreter(Expressions, TorchSemantics):
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob))
-        callee = State({}, st.heap, False if node in self.no_grad_funcs else st.grad, st.statics)
+        grad = False if node in self.no_grad_funcs else None if node in self.unknown_grad_funcs else st.grad
+        callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
         # marks them too, path by path (a backward on one branch of the callee is no must fact).
@@ -680,6 +686,14 @@ class Interpreter(Expressions, TorchSemantics):
             if fr.func is not None:
                 return fr.func
         return None
+
+
+def _may_switch_grad(expr) -> bool:
+    """A context manager or decorator GradGuard does not know whose name says it switches
+    gradient recording (`accelerate`'s or a project's own `no_grad`, `inference_mode`)."""
+    func = expr.func if isinstance(expr, ast.Call) else expr
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return any(word in name.lower() for word in ("no_grad", "inference_mode", "grad_enabled", "enable_grad"))
 
 
 def _expects_error(expr) -> bool:

@@ -819,7 +819,13 @@ class TorchSemantics:
         """A call the engine cannot see into.  Its result carries the graphs of its tensor
         arguments (a custom loss keeps the model's graph), but not their freed/dirty flags:
         the callee may have detached them (an imported `repackage_hidden`), and a finding
-        must not rest on code nobody can see."""
+        must not rest on code nobody can see.  Modules given to it may leave with their
+        parameters trainable again (an imported `set_requires_grad(net, True)`)."""
+        for v in [*args, *kwargs.values()]:  # it may switch their parameters' requires_grad back on
+            for m in self.flat_objects(v, st):
+                for x in self.submodules(m, st):
+                    if st.get_attr(x.id, "<rg>") == const(False):
+                        st.set_attr(x.id, "<rg>", UNKNOWN)
         vals = [v for v in [*args, *kwargs.values()] if tensor_of(v) is not None]
         if not vals:
             return UNKNOWN
