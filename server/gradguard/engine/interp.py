@@ -489,7 +489,8 @@ class Interpreter(Expressions, TorchSemantics):
             return self.exec_block(s.orelse, st)
 
         def enter(body_st, i):
-            self.eval(s.test, body_st)
+            # A concrete iteration whose condition is surely false does not run (`while not done:`).
+            return self.test_truth(s.test, body_st) is not False or i is None
         return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=truth is not True)
 
     def loop(self, s, st, enter, may_be_empty=True, exits_normally=True, count=None):
@@ -531,7 +532,9 @@ class Interpreter(Expressions, TorchSemantics):
                     self.widening += 1
                 fr.loop_exits.append([None, None])
                 body_st = (back if i and concrete else head).copy()
-                enter(body_st, i if concrete else None)
+                if enter(body_st, i if concrete else None) is False:
+                    fr.loop_exits.pop()
+                    break
                 out = self.exec_block(s.body, body_st)
                 brk, cont = fr.loop_exits.pop()
                 breaks = join_states(breaks, brk)
