@@ -98,7 +98,9 @@ class Statefulness:
 
     def __init__(self, source: str, sites: list[FunctionSite]):
         self.starts = [0] + [m.end() for m in re.finditer(r"\n", source)]
-        self.lines = sorted({self.line_of(m.start()) for m in STATEFUL.finditer(source)})
+        hints = ("backward", ".grad", ".step")  # cheap: most library files have none of them
+        self.lines = sorted({self.line_of(m.start()) for m in STATEFUL.finditer(source)}) \
+            if any(h in source for h in hints) else []
         names: set = set()
         new = {site.node.name for site in sites if self.touches(site.node)}
         while new:  # callers of stateful functions are stateful, by name

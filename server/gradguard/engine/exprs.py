@@ -477,6 +477,8 @@ class Expressions:
         return self.call_value(func, args, kwargs, st, node)
 
     def call_value(self, func, args, kwargs, st, node):
+        if len(func) == 1:  # the common case, without a closure
+            return self.call_atom(next(iter(func)), args, kwargs, st, node) or UNKNOWN
         return self.alternatives(func, st, lambda a, st: self.call_atom(a, args, kwargs, st, node))
 
     def call_atom(self, a, args, kwargs, st, node):
@@ -527,6 +529,7 @@ class Expressions:
         is_module = self.is_module_class(cls.id, st)
         ident = ("obj", ctx, id(node)) if ctx is not None else ("obj",) + self.region_id(node, "obj")
         obj = Obj(ident, "module" if is_module else "instance")
+        self.sure_events += 1
         self.obj_class[obj.id] = cls.id
         if is_module:
             self.module_kind[obj.id] = "local"

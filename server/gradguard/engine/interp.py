@@ -154,7 +154,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
         self.widening = 0  # loops now past their concrete iterations: new ids are summaries
-        self.tensor_events = 0  # tensors made, backwards and in-place ops run so far (see `loop`)
+        self.sure_events = 0  # must facts made so far: graphs, backwards, sure in-place hits, objects (see `loop`)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
     # ----------------------------------------------------------------- driver
@@ -500,10 +500,10 @@ class Interpreter(Expressions, TorchSemantics):
         join of every iteration count, with summary ids, which adds only may facts.  A loop
         known to run `count` times, no more than the fixpoint would take, runs exactly that
         many concrete iterations (`for epoch in range(3)`).  A loop that runs no backward
-        or step (itself or through the functions it calls), or whose first
-        iteration made no tensor, goes straight to the fixpoint: most loops of library code
-        have nothing to learn from a second concrete run; so does a loop nested in one that
-        is widening."""
+        or step (itself or through the functions it calls), or whose first iteration made no
+        must fact (no graph that surely requires grad, no backward, no object), goes straight
+        to the fixpoint: most loops of library code have nothing to learn from running one by
+        one; so does a loop nested in one that is widening."""
         fr = self.frame
         fr.loops.append(s)
         fr.events.append(set())
@@ -519,10 +519,10 @@ class Interpreter(Expressions, TorchSemantics):
         # Inside a loop that is widening every id is a summary: no iteration here can be concrete.
         exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0 and not self.widening
         concrete_rounds = MAX_LOOP_ROUNDS if exact else 0 if self.widening else CONCRETE_ITERATIONS if stateful else 1
-        work = self.tensor_events
+        work = self.sure_events
         try:
             for i in range(MAX_LOOP_ROUNDS if self.budget > 0 else CONCRETE_ITERATIONS):
-                if i == 1 and self.tensor_events == work and not exact:
+                if i == 1 and self.sure_events == work:
                     concrete_rounds = exact = 0
                 concrete = i < concrete_rounds
                 if (concrete and i and back is None) or (count is not None and i >= count):
@@ -556,7 +556,7 @@ class Interpreter(Expressions, TorchSemantics):
         exit_st = None
         if exits_normally:
             exit_st = back if exact else head if may_be_empty else backs
-            if widened and exit_st is not None:
+            if widened and exit_st is not None and self.sure_events != work:
                 exit_st = adopt_sure(exit_st, join_states(st, concrete_backs) if may_be_empty else concrete_backs)
             if exit_st is not None:
                 exit_st = self.exec_block(s.orelse, exit_st.copy())
@@ -599,8 +599,8 @@ class Interpreter(Expressions, TorchSemantics):
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
         # marks them too, path by path (a backward on one branch of the callee is no must fact).
         stash = ("<env>", len(self.frames))
-        callee.heap = dict(st.heap)  # after the defaults, which may have allocated containers
-        callee.heap[stash] = st.env
+        callee.heap = st.heap  # shared: what the call writes, the caller has (defaults may have allocated)
+        st.heap[stash] = st.env
         self.frames.append(frame)
         self.active_calls.append(node)
         no_grad = node in self.no_grad_funcs
@@ -623,9 +623,10 @@ class Interpreter(Expressions, TorchSemantics):
             if no_grad:
                 self.no_grad_sites.pop()
         if out is not None:
-            heap = dict(out.heap)
-            st.env = dict(heap.pop(stash))
-            st.heap = heap
+            st.env = dict(out.heap.pop(stash))
+            st.heap = out.heap
+        else:
+            st.heap.pop(stash, None)
         if generator:
             return self.make_sequence(frame.yields, st, call_node)
         return self.call_region(func, args, arg_nodes, frame.ret, st, call_node) if frame.ret else UNKNOWN

@@ -75,7 +75,8 @@ def join_states(a: State | None, b: State | None) -> State | None:
             if mine is not attrs:
                 heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
     env = _join_dicts(a.env, b.env)
-    if a.env.keys() != b.env.keys() or MAYBE_UNBOUND in env:  # a local bound on one side only may be unbound
+    if a.env.get(MAYBE_UNBOUND) != b.env.get(MAYBE_UNBOUND) or a.env.keys() != b.env.keys():
+        # a local bound on one side only may be unbound after the join
         unbound = a.env.keys() ^ b.env.keys() | maybe_unbound(a) | maybe_unbound(b)
         env[MAYBE_UNBOUND] = frozenset({Const(frozenset(unbound - {MAYBE_UNBOUND}))})
     return State(env, heap, tri_join(a.grad, b.grad), a.statics)
@@ -85,7 +86,12 @@ MAYBE_UNBOUND = "<maybe unbound>"  # in a frame's env: the locals bound on some 
 
 
 def maybe_unbound(st: State) -> frozenset:
-    return frozenset().union(*(a.value for a in st.env.get(MAYBE_UNBOUND, ()) if isinstance(a, Const)))
+    v = st.env.get(MAYBE_UNBOUND)
+    if not v:
+        return frozenset()
+    if len(v) == 1:  # as join_states leaves it
+        return next(iter(v)).value
+    return frozenset().union(*(a.value for a in v if isinstance(a, Const)))
 
 
 def surely_bound(st: State, name: str):
@@ -102,22 +108,17 @@ def _rewrite(st: State, fn) -> None:
         if w is not v:
             st.env[k] = w
     for oid, attrs in st.heap.items():
-        new = _updated(attrs, lambda name, v: map_tensors(v, fn))
-        if new is not attrs:
+        new = None
+        for name, v in attrs.items():
+            w = map_tensors(v, fn)
+            if w is not v:
+                if new is None:
+                    new = dict(attrs)  # heap entries are never written in place
+                new[name] = w
+        if new is not None:
             st.heap[oid] = new
 
 
-def _updated(attrs: dict, fn) -> dict:
-    """`attrs` with each value `v` of `name` replaced by `fn(name, v)`: a new dict if any
-    changed (heap entries are never written in place), else `attrs` itself."""
-    new = None
-    for name, v in attrs.items():
-        w = fn(name, v)
-        if w is not v:
-            if new is None:
-                new = dict(attrs)
-            new[name] = w
-    return attrs if new is None else new
 
 
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:
@@ -186,6 +187,8 @@ def adopt_sure(full: State, concrete: State | None) -> State:
     for oid, attrs in full.heap.items():
         theirs = src.heap.get(oid, {})
         if theirs is not attrs:
-            out.heap[oid] = _updated(attrs, lambda name, v, theirs=theirs: _sure_from(v, theirs.get(name))
-                                     if isinstance(v, frozenset) else v)
+            new = {name: _sure_from(v, theirs.get(name)) if isinstance(v, frozenset) else v
+                   for name, v in attrs.items()}
+            if any(new[name] is not v for name, v in attrs.items()):
+                out.heap[oid] = new
     return out

@@ -115,7 +115,6 @@ class TorchSemantics:
         """A new id for this evaluation of `node`: numbered while every enclosing loop runs one
         of its concrete iterations, a summary of all later evaluations once a loop widens."""
         key = self.site_key(node, sub)
-        self.tensor_events += 1
         if self.widening:
             return key + (SUMMARY,)
         n = self.instances.get(key, 0) + 1
@@ -229,6 +228,7 @@ class TorchSemantics:
                 sure |= t.sure
         if rg is True and not is_summary(rid):
             sure.add((CARRIES, rid))
+            self.sure_events += 1
         saved_names, saved_objs, saves, sure_saves, saved_sure = set(), set(), False, False, []
         for inp, names in info.saves.items():
             v = bound.get(inp)
@@ -336,13 +336,13 @@ class TorchSemantics:
         """Every region that saved one of `objs` may now hold a stale version; those that saved
         one of the `sure` storages (modified for sure, each one a single runtime storage)
         surely do.  Returns (may, sure) regions."""
-        self.tensor_events += 1
         hit = frozenset(r for o in objs for r in self.saved_index.get(o, ()))
         if not hit:
             return hit, hit
         regs = self.facts.regions
         sure = {o for o in sure if not is_summary(o)}
         sure_hit = frozenset(r for r in hit if regs[r].certain and regs[r].saved_sure & sure)
+        self.sure_events += bool(sure_hit)
         for rid in sure_hit:
             self.facts.dirtied_by.setdefault(rid, set()).add(node)
         mark_dirty(st, hit, sure=sure_hit)
@@ -393,7 +393,7 @@ class TorchSemantics:
         if t is None:
             return
         self.note_event("backward", node)
-        self.tensor_events += 1
+        self.sure_events += 1
         definite = all(isinstance(a, Tensor) for a in value)
         regs = self.facts.regions
         freed_hit = frozenset(r for r in t.sure_regions(FREED) if r in regs and regs[r].sure_saves
@@ -536,6 +536,8 @@ class TorchSemantics:
 
     # ----------------------------------------------------------------- method calls on anything
     def call_method(self, recv, name, args, kwargs, st, node):
+        if len(recv) == 1:  # the common case, without a closure
+            return self.method_of(next(iter(recv)), recv, name, args, kwargs, st, node) or UNKNOWN
         return self.alternatives(recv, st, lambda a, st: self.method_of(a, recv, name, args, kwargs, st, node))
 
     def method_of(self, a, recv, name, args, kwargs, st, node):
@@ -603,6 +605,8 @@ class TorchSemantics:
         items = self.exact_items(frozenset({obj}), st) if strong else None
         new = None
         if items is not None and added is not None:
+            # exact layers or tensors: what a concrete iteration keeps and a widened one loses
+            self.sure_events += any(tensor_of(a) is not None or objs_of(a, "module") for a in added)
             if name == "insert":
                 pos = self.int_const(args[0]) if len(args) == 2 else None
                 new = None if pos is None else items[:pos] + tuple(added) + items[pos:]
@@ -821,7 +825,7 @@ class TorchSemantics:
         the callee may have detached them (an imported `repackage_hidden`), and a finding
         must not rest on code nobody can see.  Modules given to it may leave with their
         parameters trainable again (an imported `set_requires_grad(net, True)`)."""
-        for v in [*args, *kwargs.values()]:  # it may switch their parameters' requires_grad back on
+        for v in [*args, *kwargs.values()] if self.frozen_by else ():  # it may make them trainable again
             for m in self.flat_objects(v, st):
                 for x in self.submodules(m, st):
                     if st.get_attr(x.id, "<rg>") == const(False):
@@ -840,6 +844,7 @@ class TorchSemantics:
     # ----------------------------------------------------------------- modules
     def make_module(self, cls_name, info, args, kwargs, st, node):
         obj = Obj(("obj",) + self.region_id(node, "obj"), "module")  # `[nn.Linear(4, 4) for _ in ...]`: several
+        self.sure_events += 1
         self.module_kind[obj.id] = cls_name
         attrs = {}
         if info.container:
