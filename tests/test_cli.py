@@ -193,6 +193,26 @@ def test_notebook_findings_name_cell_and_line(tmp_path):
     assert {"cell": 3, "line": 1}.items() <= record["related"][0].items()
 
 
+def test_percent_operator_continuing_a_line_is_python_not_a_magic(tmp_path):
+    """`print("%.4f"` then `    %(loss))` on the next line: that `%` is an operator inside the
+    brackets; taking it for a magic made the whole notebook a syntax error, findings lost."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
+         "source": ["import torch\n", "x = torch.randn(3, requires_grad=True)\n", "y = (x ** 2).sum()\n",
+                    "y.backward()\n", "y.backward()\n"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 2,
+         "source": ["print('Cost: %.4f'\n", "      %(y.item()))\n", 's = """\n', '%not a magic"""\n',
+                    "%timeit y.item()\n"]},
+    ]
+    notebook = {"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    write(tmp_path / "train.ipynb", json.dumps(notebook))
+    run = gradguard("check", "train.ipynb", cwd=tmp_path)
+    assert run.stderr == ""
+    [line] = gg001_lines(run.stdout)
+    assert line.startswith("train.ipynb:cell 1:5:")
+
+
 def test_broken_notebook_is_one_line_and_other_languages_are_passed_over(tmp_path):
     write(tmp_path / "broken.ipynb", "{not json")
     write(tmp_path / "r.ipynb", json.dumps({"cells": [{"cell_type": "code", "source": "x <- c(1, 2)"}],

@@ -148,7 +148,8 @@ def join_cells(cells: Iterable[tuple[int, str]]) -> tuple[str, tuple[tuple[int, 
             continue
         if cell_lines:
             starts.append((len(lines) + 1, number))
-            lines.extend(_without_magic(line) for line in cell_lines)
+            lines.extend(_without_magic(line) if starts_line else line
+                         for line, starts_line in zip(cell_lines, _logical_line_starts(cell_lines)))
     return "".join(line + "\n" for line in lines), tuple(starts)
 
 
@@ -194,6 +195,39 @@ def _get(document, *keys):
     for key in keys:
         document = document.get(key) if isinstance(document, dict) else None
     return document
+
+
+def _logical_line_starts(lines: list[str]) -> Iterator[bool]:
+    """For each line, whether it starts a logical line: not inside brackets, a string or a
+    backslash continuation.  Only such a line can be an IPython magic: the `%(epoch, loss)`
+    continuing `print("..."` on the line above is Python's `%` operator."""
+    depth, quote, continued = 0, "", False
+    for line in lines:
+        yield depth == 0 and not quote and not continued
+        if line.lstrip().startswith(("%", "!")) and depth == 0 and not quote and not continued:
+            continue  # a magic: not Python, it opens nothing
+        i, n = 0, len(line)
+        while i < n:
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif line.startswith(quote, i):
+                    i += len(quote) - 1
+                    quote = ""
+            elif c == "#":
+                break
+            elif c in "\"'":
+                quote = c * 3 if line.startswith(c * 3, i) else c
+                i += len(quote) - 1
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(depth - 1, 0)
+            i += 1
+        continued = line.endswith("\\") and not quote
+        if len(quote) == 1:  # a one-quote string cannot span lines (unless continued)
+            quote = quote if continued else ""
 
 
 def _without_magic(line: str) -> str:

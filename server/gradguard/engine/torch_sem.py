@@ -499,6 +499,9 @@ class TorchSemantics:
         t = tensor_of(v)
         recv = node.func.value if isinstance(node.func, ast.Attribute) else None
         if name == K.BACKWARD_CALLS.tensor_method:
+            params = K.BACKWARD_CALLS.tensor_method_args["params"]
+            if len(args) > len(params) or not set(kwargs) <= set(params):
+                return UNKNOWN  # `retain_variables=True` (torch < 0.4): a TypeError, before any backward
             pos = K.BACKWARD_CALLS.tensor_method_args["retain_graph_arg"]
             self.backward(node, recv, v, self.retain_flag(kwargs, args[pos] if len(args) > pos else None), st)
             return NONE

@@ -67,6 +67,13 @@ y.sum().backward()
 """,
         """
 import torch
+x = torch.randn(3, requires_grad=True)
+y = (x * 2).sum()
+y.backward(retain_variables=True)  # torch < 0.4's keyword: a TypeError now, before any backward runs
+y.backward()
+""",
+        """
+import torch
 import torch.nn as nn
 rnn = nn.RNN(4, 8)
 opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
