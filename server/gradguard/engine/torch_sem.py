@@ -156,7 +156,10 @@ class TorchSemantics:
         reg.modules |= set(modules)
         reg.sure_saves |= sure_saves
         reg.leaves |= set(leaves)
-        reg.saved_sure |= {o for o in saved_sure if not is_summary(o)}
+        for o, name in saved_sure:
+            if not is_summary(o):
+                reg.saved_sure.add(o)
+                reg.saved_as.setdefault(o, set()).add(name)
         for o in saved_objs:
             self.saved_index.setdefault(o, set()).add(rid)
         if args:
@@ -240,7 +243,7 @@ class TorchSemantics:
                     saved_objs |= objs
                     saved_names.add("result")
                     saves = sure_saves = True
-                    saved_sure.extend(objs if len(objs) == 1 else ())
+                    saved_sure.extend((o, "result") for o in objs if len(objs) == 1)
                     continue
                 sv = bound.get(n)
                 if sv is None:
@@ -252,7 +255,7 @@ class TorchSemantics:
                     saves = True
                     if len(sv) == 1:  # surely this tensor: a saved variable, of this storage if only one
                         sure_saves = True
-                        saved_sure.extend(st_t.objs if len(st_t.objs) == 1 else ())
+                        saved_sure.extend((o, n) for o in st_t.objs if len(st_t.objs) == 1)
                 elif self.kind(sv) == "number" and n in info.tensor_params:  # `x * 2` saves the 2, wrapped
                     saved_names.add(n)
                     saves = sure_saves = True
@@ -345,6 +348,7 @@ class TorchSemantics:
         self.sure_events += bool(sure_hit)
         for rid in sure_hit:
             self.facts.dirtied_by.setdefault(rid, set()).add(node)
+            regs[rid].modified |= {n for o in regs[rid].saved_sure & sure for n in regs[rid].saved_as[o]}
         mark_dirty(st, hit, sure=sure_hit)
         return hit, sure_hit
 

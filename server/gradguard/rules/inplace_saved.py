@@ -96,7 +96,8 @@ opt_d.step()
             changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())
                                if n is not facts.regions[r].node},
                               key=lambda n: (n.lineno, n.col_offset))
-            saved = ", ".join(sorted(n if n != "result" else "its output" for n in first.saved_names)) or "a tensor"
+            names = first.modified or first.saved_names  # what was changed since, when known
+            saved = ", ".join(sorted(n if n != "result" else "its output" for n in names)) or "a tensor"
             what = ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in changers[:2]) or "an in-place op"
             root = facts.text(b.root) if b.root is not None else "this value"
             made = f"`{facts.text(first.node)}` (line {first.node.lineno})"
