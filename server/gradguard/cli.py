@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, metavar="FILE",
                        help="the pyproject.toml to read (default: the nearest one with [tool.gradguard])")
     check.add_argument("--timeout", type=float, metavar="S", help="seconds of analysis allowed per file")
+    check.add_argument("--fix", action="store_true",
+                       help="apply the preferred fix of each finding, when safe and confirmed by a new analysis")
+    check.add_argument("--unsafe-fixes", action="store_true",
+                       help="with --fix or --diff: also fixes that change which gradients flow or what memory is held")
+    check.add_argument("--diff", action="store_true",
+                       help="print the fixes --fix would make as a unified diff, and change nothing")
     check.set_defaults(run=run_check)
 
     rules = commands.add_parser("rules", help="list the rules")
@@ -105,24 +111,60 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
 
     found = []  # (result, finding) in output order
-    files = failed = 0
+    files = failed = fixed = changed = 0
     internal = False
     for path in iter_python_files(args.paths, config):
+        if (args.fix or args.diff) and not str(path).endswith(".ipynb"):
+            titles = _fix_file(path, config, args)
+            fixed += len(titles)
+            changed += bool(titles)
         result = check_file(path, config)
         files += 1
         if result.error:
             print(result.error, file=sys.stderr, flush=True)
             failed += 1
             internal = internal or result.internal
-        if args.format == "text":
+        if args.format == "text" and not args.diff:  # --diff prints the diffs alone, as ruff does
             for finding in result.findings:
                 print(_text(result, finding))
         found.extend((result, finding) for finding in result.findings)
     if args.format == "json":
         print(json.dumps([_record(result, finding) for result, finding in found], indent=2))
+    elif args.diff:
+        print(f"Would fix {_plural(fixed, 'problem')} in {_plural(changed, 'file')}.", file=sys.stderr)
     else:
-        print(_summary(files, failed, [finding.severity for _, finding in found]))
+        fixes = f" Fixed {_plural(fixed, 'problem')}." if args.fix else ""
+        print(_summary(files, failed, [finding.severity for _, finding in found]) + fixes)
+    if args.diff:
+        return 2 if internal else 1 if changed else 0
     return 2 if internal else 1 if found or failed else 0
+
+
+def _fix_file(path, config, args) -> list[str]:
+    """Apply (--fix) or print as a diff (--diff) the fixes of one .py file; their titles.
+    A file is written back in its own encoding, and only when it was fully read."""
+    import difflib
+    import io
+    import tokenize
+
+    from gradguard.api import decode
+    from gradguard.verify import fix_all
+
+    try:
+        data = Path(path).read_bytes()
+        text = decode(data)
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+        return []  # the check that follows says why
+    new, titles = fix_all(text, str(path), config, unsafe=args.unsafe_fixes)
+    if not titles:
+        return []
+    if args.diff:
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                                   f"a/{path}", f"b/{path}"))
+    else:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        Path(path).write_bytes(new.encode(encoding))
+    return titles
 
 
 def run_rules(args: argparse.Namespace) -> int:

@@ -674,6 +674,23 @@ def _retain_graph(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(call.with_changes(args=args))), _region(doc, path))]
 
 
+def _inplace_false(doc: _Doc, e: Edit):
+    """`nn.ReLU(inplace=True)` -> `nn.ReLU(inplace=False)`; `e.name` is the flag's position when
+    it is passed positionally (`nn.LeakyReLU(0.2, True)`)."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not isinstance(found[2], cst.Call):
+        return None
+    path, module, call = found
+    args = list(call.args)
+    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "inplace"), None)
+    if k is None and e.name.isdigit() and int(e.name) < len(args) and args[int(e.name)].keyword is None:
+        k = int(e.name)
+    if k is None:
+        return None
+    args[k] = args[k].with_changes(value=cst.Name("False"))
+    return [(Replacement(e.span, module.code_for_node(call.with_changes(args=args))), _region(doc, path))]
+
+
 def _retain_slot(doc: _Doc, call: ast.Call) -> int | None:
     """Which positional argument is retain_graph: `t.backward(g, True)`, `torch.autograd.grad(o, i, g, True)`."""
     f = call.func
@@ -821,9 +838,15 @@ _HANDLERS = {
     "detach": _method("detach"),
     "item": _method("item"),
     "retain_graph": _retain_graph,
+    "inplace_false": _inplace_false,
     "out_of_place": _out_of_place,
     "detach_before": _insert("{name} = {name}.detach()", after=False),
     "detach_after": _insert("{name} = {name}.detach()", after=True),
+    "detach_if_before": _insert("{name} = {name}.detach() if hasattr({name}, 'detach') else {name}", after=False),
+    "detach_tuple_before": _insert("{name} = tuple(t.detach() for t in {name})", after=False),
+    "detach_tuple_if_before": _insert("{name} = tuple(t.detach() for t in {name}) if {name} is not None else {name}",
+                                      after=False),
+    "detach_tuple_after": _insert("{name} = tuple(t.detach() for t in {name})", after=True),
     "clone_before": _insert("{name} = {name}.clone()", after=False),
     "retain_grad": _insert("{name}.retain_grad()", after=True),
     "zero_grad": _insert("{name}.zero_grad()", after=False),

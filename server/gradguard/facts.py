@@ -48,7 +48,7 @@ class Backward:
     freed_hit: frozenset = frozenset()  # saving regions already freed: will raise freed_graph
     dirty_hit: frozenset = frozenset()  # saving regions whose saved tensors were modified in place
     no_grad_fn: bool = False  # the root certainly does not require grad
-    carriers: tuple = ()  # names (and `self.` attributes) holding the stale regions here
+    carriers: tuple = ()  # (name or `self.` attribute, "tensor" | "tuple") holding the stale regions here
     dirty_freed: frozenset = frozenset()  # freed regions also modified in place: keeping them would not help
     cuts: frozenset = frozenset()  # for a root without grad: where its graph was cut (detach, no_grad, ...)
 
@@ -114,6 +114,7 @@ class Facts:
     backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
     steps: dict = field(default_factory=dict)  # key -> Step
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
+    inplace_flags: dict = field(default_factory=dict)  # in-place call -> (call with inplace=True, flag position)
     values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover
 
     @cached_property

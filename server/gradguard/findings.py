@@ -31,9 +31,13 @@ class Edit:
 
     - "detach": append `.detach()` to the expression at `span`;
     - "detach_before" / "detach_after": insert `NAME = NAME.detach()` before / after the
-      statement at `span`;
+      statement at `span`; "detach_if_before" only when NAME has a `detach` (it starts as
+      `None` or `0`); "detach_tuple_before" / "detach_tuple_after" detach each tensor of a
+      tuple (`(h, c)`), "detach_tuple_if_before" unless it is None;
     - "no_grad": wrap the statement at `span` in `with torch.no_grad():`;
     - "retain_graph": add `retain_graph=True` to the call at `span`;
+    - "inplace_false": set the `inplace` flag of the call at `span` to False (positional at
+      index `name`, when given);
     - "item": append `.item()` to the expression at `span`;
     - "clone_before": insert `NAME = NAME.clone()` before the statement at `span`;
     - "out_of_place": turn the in-place call at `span` (`x.relu_()`, `x.masked_fill_(...)`)
@@ -61,6 +65,9 @@ class Fix:
     title: str
     edits: tuple[Edit, ...]
     preferred: bool = False
+    # ruff's applicability: "safe" cannot change what the program computes beyond removing the
+    # crash; "unsafe" changes which gradients flow, or what memory is held
+    applicability: str = "unsafe"
 
     @property
     def kinds(self) -> tuple[str, ...]:

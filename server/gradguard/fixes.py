@@ -84,15 +84,19 @@ def _loads(node) -> set:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def assigned_before(facts: Facts, name: str, loop: ast.AST) -> bool:
-    """`name` is assigned before the loop in the same body (so it exists at loop entry)."""
+def initial_value(facts: Facts, name: str, loop: ast.AST) -> ast.AST | None:
+    """What the last plain assignment before the loop, in the same body, gives `name` (so it
+    exists at loop entry): its value expression, or None if there is none to see."""
     parent = facts.parents.get(loop)
     for field in ("body", "orelse", "finalbody"):
         seq = getattr(parent, field, None)
         if isinstance(seq, list) and loop in seq:
-            return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
-                       for stmt in seq[: seq.index(loop)] for n in ast.walk(stmt))
-    return False
+            for stmt in reversed(seq[: seq.index(loop)]):
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and any(
+                        facts.text(t, 200) == name for t in (stmt.targets if isinstance(stmt, ast.Assign)
+                                                             else [stmt.target])):
+                    return stmt.value
+    return None
 
 
 # ----------------------------------------------------------------- where to cut a graph
@@ -217,13 +221,17 @@ def _built_before_loop(facts, b, loop, outside):
 def _carried_from_previous_iteration(facts, b, loop):
     fixes = []
     carried = loop_carried_names(loop)
-    for name in [c for c in b.carriers if c in carried][:1]:
-        if assigned_before(facts, name, loop):
+    for name, shape in [c for c in b.carriers if c[0] in carried][:1]:
+        form = "detach_tuple" if shape == "tuple" else "detach"
+        initial = initial_value(facts, name, loop)
+        if initial is not None:
+            # the first iteration sees what was assigned before the loop: `h = None`, `total = 0`
+            guarded = isinstance(initial, ast.Constant)
             fixes.append(Fix(f"Detach `{name}` at the start of each iteration",
-                             (edit(facts, "detach_before", loop.body[0], name),)))
+                             (edit(facts, form + ("_if" if guarded else "") + "_before", loop.body[0], name),)))
         else:
             fixes.append(Fix(f"Detach `{name}` after the backward",
-                             (edit(facts, "detach_after", statement_of(facts, b.node), name),)))
+                             (edit(facts, form + "_after", statement_of(facts, b.node), name),)))
     cuts = recurrences(facts, b.regions, b.freed_hit)
     if cuts:
         fixes.append(Fix(f"Detach `{facts.text(cuts[0])}` where the previous iteration's value comes back",
@@ -237,7 +245,12 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
     fixes = []
     for n in changers[:1]:
         stmt = statement_of(facts, n)
-        if _is_step(n):
+        if n in facts.inplace_flags:  # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
+            call, position = facts.inplace_flags[n]
+            fixes.append(Fix(f"Turn off `{facts.text(call, 40)}`'s in-place mode: `inplace=False`",
+                             (edit(facts, "inplace_false", call, "" if position is None else str(position)),),
+                             applicability="safe"))
+        elif _is_step(n):
             target = _statement_reaching(facts, b, _function_of(facts, n))
             if target is not None and before(stmt, target):
                 fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
@@ -245,10 +258,10 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                and n.func.attr.endswith("_")
                                                and n.func.attr not in K.NO_OUT_OF_PLACE):
-            fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),)))
+            fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),), applicability="safe"))
         elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
             fixes.append(Fix(f"Modify a copy: `{n.value.id} = {n.value.id}.clone()` first",
-                             (edit(facts, "clone_before", stmt, n.value.id),)))
+                             (edit(facts, "clone_before", stmt, n.value.id),), applicability="safe"))
     cuts = cut_points(facts, b.regions, b.dirty_hit, b.regions, _function_of(facts, b.node))
     if cuts:
         fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
@@ -323,7 +336,8 @@ def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
         if run != parent.body or not isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) or parent.orelse:
             break
         run = [parent]
-    return ranked([Fix("Wrap it in `with torch.no_grad():`", tuple(edit(facts, "no_grad", s) for s in run))])
+    return ranked([Fix("Wrap it in `with torch.no_grad():`", tuple(edit(facts, "no_grad", s) for s in run),
+                       applicability="safe")])
 
 
 def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
@@ -337,13 +351,14 @@ def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
     if not assigns:
         return ()
     last = max(assigns, key=lambda n: (n.lineno, n.col_offset))
-    return ranked([Fix(f"Call `{name}.retain_grad()` after it is computed", (edit(facts, "retain_grad", last, name),))])
+    return ranked([Fix(f"Call `{name}.retain_grad()` after it is computed", (edit(facts, "retain_grad", last, name),),
+                       applicability="safe")])
 
 
 def accumulate_item(facts: Facts, node: ast.AugAssign) -> tuple[Fix, ...]:
     value = facts.text(node.value)
-    return ranked([Fix(f"Accumulate `{value}.item()`", (edit(facts, "item", node.value),)),
-                   Fix(f"Accumulate `{value}.detach()`", (edit(facts, "detach", node.value),))])
+    return ranked([Fix(f"Accumulate `{value}.item()`", (edit(facts, "item", node.value),), applicability="safe"),
+                   Fix(f"Accumulate `{value}.detach()`", (edit(facts, "detach", node.value),), applicability="safe")])
 
 
 def zero_grad(facts: Facts, loop: ast.AST, optimizer: str) -> tuple[Fix, ...]:

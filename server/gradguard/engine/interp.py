@@ -155,6 +155,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
         self.widening = 0  # loops now past their concrete iterations: new ids are summaries
         self.sure_events = 0  # must facts made so far: graphs, backwards, sure in-place hits, objects (see `loop`)
+        self.inplace_flags: dict = {}  # module object id -> (constructor call, position of its inplace flag)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
     # ----------------------------------------------------------------- driver

@@ -433,7 +433,8 @@ class TorchSemantics:
                 self.facts.freed_by.setdefault(r, set()).add(node)
 
     def carriers(self, regions, st) -> tuple:
-        """Names (and `self.` attributes) whose values hold the given stale regions here."""
+        """Names (and `self.` attributes) whose values hold the given stale regions here, each
+        with the shape a fix must detach: "tensor", or "tuple" (an LSTM's `(h, c)`)."""
         out = []
         scopes = [("", st.heap.get(GLOBALS, {}) if self.frame.is_module else st.env)]
         fr = self.frame
@@ -442,9 +443,12 @@ class TorchSemantics:
                 scopes.append(("self.", st.heap.get(obj.id, {})))
         for prefix, scope in scopes:
             for name, v in scope.items():
-                t = tensor_of(v)
-                if t is not None and (t.freed | t.dirty) & regions and not name.startswith("<"):
-                    out.append(prefix + name)
+                if name.startswith("<"):
+                    continue
+                tuples = [a for a in v if isinstance(a, Tup)]
+                parts = [tensor_of(i) for a in tuples for i in a.items] if tuples else [tensor_of(v)]
+                if any(t is not None and (t.freed | t.dirty) & regions for t in parts):
+                    out.append((prefix + name, "tuple" if tuples else "tensor"))
         return tuple(sorted(out))
 
     def retain_flag(self, kwargs, positional=None):
@@ -719,6 +723,7 @@ class TorchSemantics:
             return self.call_unknown(args, kwargs, st, node)
         arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
         if kwargs.get("inplace") == const(True):
+            self.facts.inplace_flags[node] = (node, None)  # `F.relu(x, inplace=True)`
             first = args[0] if tensor_of(args[0]) is not None else tensor_args[0]
             return self.inplace(node, node.args[0] if node.args else None, first,
                                 [a for a in args if a is not first], st, last + "_")
@@ -876,10 +881,12 @@ class TorchSemantics:
                 attrs["<items>"] = frozenset({Tup(items)})
                 attrs["<layers>"] = join_all(items)
         flag = kwargs.get(info.inplace_arg) if info.inplace_arg else None
+        position = None
         if flag is None and info.inplace_pos is not None and info.inplace_pos < len(args):
-            flag = args[info.inplace_pos]
+            flag, position = args[info.inplace_pos], info.inplace_pos
         if flag is not None and self.truth_of(flag) is True:
             attrs["<inplace>"] = const(True)
+            self.inplace_flags[obj.id] = (node, position)
         st.heap[obj.id] = attrs
         return frozenset({obj})
 
@@ -1039,6 +1046,8 @@ class TorchSemantics:
             if op is None:
                 return self.generic_module(m, args, st, node, sub)
             if op.inplace:
+                if m.id in self.inplace_flags:  # where a fix can turn it off
+                    self.facts.inplace_flags[node] = self.inplace_flags[m.id]
                 return self.inplace(node, None, x, list(args[1:]), st, op)
             bound, inputs = {}, []
             input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]

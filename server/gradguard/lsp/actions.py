@@ -1,9 +1,10 @@
 """Code actions: the fixes a diagnostic carries, made into edits only when asked.
 
-`textDocument/codeAction` lists one quick fix per `Fix` the finding carries (the one the
-data flow calls right is `isPreferred`) plus a `# noqa` suppression; the libcst edit of a
-fix is built in `codeAction/resolve`, on the smallest enclosing statement, because most
-listed actions are never applied.  A client that cannot resolve edits gets them at once.
+`textDocument/codeAction` lists the fixes a finding carries that the engine confirms
+(`verify`: applied and analysed again, the finding is gone and nothing new appears; the
+first is `isPreferred`; an unsafe one says so in its title), then a `# noqa` suppression,
+never preferred.  The libcst edit of a fix is built again in `codeAction/resolve`, on the
+smallest enclosing statement.  A client that cannot resolve edits gets them at once.
 """
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from lsprotocol import types
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition
 
-from gradguard.lsp.convert import fix_from_json, to_range
+from gradguard import verify
+from gradguard.analysis import AnalysisTimeout, analyze
+from gradguard.findings import Finding, Span
+from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
+from gradguard.rules import rule_by_code
 from gradguard.suppress import noqa_edit
 
 
@@ -21,12 +26,14 @@ def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: 
                         for k in only):
         return []
     out = []
+    confirmed = _Confirmed(doc)
     for diag in params.context.diagnostics:
         if diag.source != "gradguard" or not isinstance(diag.data, dict):
             continue
-        for fix in diag.data.get("fixes", []):
+        for fix in confirmed.fixes(diag):
+            title = fix["title"] + ("" if fix.get("applicability") == "safe" else " (unsafe fix)")
             action = types.CodeAction(
-                title=fix["title"], kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
+                title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
                 is_preferred=bool(fix.get("preferred")),
                 data={"uri": doc.uri, "version": diag.data.get("version"), "fix": fix})
             out.append(action if resolvable else resolve(doc, action))
@@ -34,6 +41,32 @@ def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: 
         if noqa is not None:
             out.append(noqa)
     return out
+
+
+class _Confirmed:
+    """The fixes of a diagnostic that `verify` confirms on the document as it is now.  A
+    notebook cell is only part of what was analysed, and a diagnostic of another version
+    has moved: their fixes are listed as planned."""
+
+    def __init__(self, doc: TextDocument):
+        self.doc = doc
+        self.findings = None
+
+    def fixes(self, diag: types.Diagnostic) -> list[dict]:
+        planned = diag.data.get("fixes", [])
+        if not planned or self.doc.uri.startswith("vscode-notebook-cell") or \
+                diag.data.get("version") not in (None, self.doc.version):
+            return planned
+        rule = rule_by_code(str(diag.code))
+        line = diag.range.start.line + 1
+        finding = Finding(str(diag.code), "", "", "", Span(line, 0, line, 0),
+                          fixes=tuple(fix_from_json(f) for f in planned), predicts=rule.predicts if rule else None)
+        try:
+            if self.findings is None:
+                self.findings = analyze(self.doc.source)
+            return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings)]
+        except (SyntaxError, AnalysisTimeout):
+            return planned
 
 
 def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:

@@ -45,7 +45,7 @@ def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionC
 
 
 def fix_to_json(fix: Fix, span_of=lambda span: span) -> dict:
-    return {"title": fix.title, "preferred": fix.preferred,
+    return {"title": fix.title, "preferred": fix.preferred, "applicability": fix.applicability,
             "edits": [{"kind": e.kind, "span": _span_json(span_of(e.span)), "name": e.name,
                        "target": _span_json(span_of(e.target)) if e.target else None} for e in fix.edits]}
 
@@ -53,7 +53,7 @@ def fix_to_json(fix: Fix, span_of=lambda span: span) -> dict:
 def fix_from_json(data: dict) -> Fix:
     edits = tuple(Edit(e["kind"], Span(*e["span"]), e.get("name", ""),
                        Span(*e["target"]) if e.get("target") else None) for e in data["edits"])
-    return Fix(data["title"], edits, bool(data.get("preferred")))
+    return Fix(data["title"], edits, bool(data.get("preferred")), data.get("applicability", "unsafe"))
 
 
 def _span_json(span: Span) -> list[int]:

@@ -92,9 +92,8 @@ opt_d.step()
                 continue
             regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: r.node.lineno)
             first = regions[0]
-            # an op re-run on a later iteration bumps the storage its own earlier instance saved: not a cause
-            changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())
-                               if n is not facts.regions[r].node},
+            # (a call may be its own changer: a Sequential whose in-place layer overwrites what the one before saved)
+            changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())},
                               key=lambda n: (n.lineno, n.col_offset))
             names = first.modified or first.saved_names  # what was changed since, when known
             saved = ", ".join(sorted(n if n != "result" else "its output" for n in names)) or "a tensor"

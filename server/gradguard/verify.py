@@ -1,0 +1,88 @@
+"""Fixes re-checked by the engine before anyone is offered them.
+
+A planned fix is a guess about data flow; the engine that found the error can check it.
+Each candidate is applied to the text and the result analysed again: it is kept only if
+the finding it fixes is gone and no other error finding appears that was not there
+before (a `retain_graph=True` that turns a freed graph into a saved tensor modified by
+`optimizer.step()`, a `.detach()` of the loss that leaves it without a grad_fn).  The
+first survivor is the preferred one.  Findings are matched by rule and by the text of
+their line, since an edit moves lines.
+
+libcst builds the edits, so this runs where a fix is about to be used (code actions,
+`gradguard check --fix`), never in a plain analysis.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import replace
+
+from gradguard.analysis import AnalysisTimeout, analyze
+from gradguard.findings import Finding, Fix
+
+SECONDS = 2.0  # per candidate: the analysis of one edited text
+
+
+def applied(source: str, fix: Fix) -> str | None:
+    """The text with the fix applied, or None if its edits cannot be built here."""
+    from gradguard import edits  # libcst loads only when a fix is checked
+
+    reps = edits.replacements(source, fix)
+    return edits.apply(source, reps) if reps else None
+
+
+def verified(source: str, finding: Finding, findings: list[Finding] | None = None) -> tuple[Fix, ...]:
+    """The fixes of `finding` that the engine confirms, in their order, the first preferred.
+    `findings`: everything found in `source` (analysed again if not given)."""
+    if findings is None:
+        findings = analyze(source)
+    before = _keys(source, findings) - Counter([_key(source, finding)])
+    out = []
+    for fix in finding.fixes:
+        text = applied(source, fix)
+        if text is None:
+            continue
+        try:
+            after = _keys(text, analyze(text, deadline=time.monotonic() + SECONDS))
+        except (SyntaxError, AnalysisTimeout):
+            continue
+        if not after - before:  # its finding gone, nothing new
+            out.append(replace(fix, preferred=not out))
+    return tuple(out)
+
+
+def _key(source: str, finding: Finding) -> tuple:
+    lines = source.splitlines()
+    line = lines[finding.span.line - 1].strip() if finding.span.line <= len(lines) else ""
+    return finding.code, line
+
+
+def _keys(source: str, findings: list[Finding]) -> Counter:
+    return Counter(_key(source, f) for f in findings if f.predicts)
+
+
+def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 20) -> tuple[str, list[str]]:
+    """`source` with the preferred confirmed fix of each reported finding applied, one at a
+    time (each fix moves the text the next one is planned on), and the titles applied.
+    Only safe fixes unless `unsafe`; a finding whose preferred fix is not allowed is left."""
+    from gradguard.api import check_source  # the findings as reported: settings and noqa applied
+
+    done: list[str] = []
+    skipped: set = set()
+    for _ in range(rounds):
+        result = check_source(source, path, config)
+        if result.error:
+            break
+        candidates = [f for f in result.findings if f.fixes and _key(source, f) not in skipped]
+        for finding in candidates:
+            fixes = verified(source, finding)
+            fix = fixes[0] if fixes else None
+            if fix is None or (fix.applicability != "safe" and not unsafe):
+                skipped.add(_key(source, finding))
+                continue
+            source = applied(source, fix)
+            done.append(fix.title)
+            break
+        else:
+            break
+    return source, done

@@ -1,0 +1,93 @@
+"""Fixes the engine confirms, and the command line that applies them (`--fix`, `--diff`).
+
+A planned fix is applied and the result analysed again; what still fails, or fails in a
+new way, is never offered.  Then end to end: `--diff` prints exactly what `--fix` writes,
+`--fix` applies only safe fixes unless `--unsafe-fixes`, and the fixed scripts run clean
+under torch (the execution oracle).
+"""
+from __future__ import annotations
+
+import difflib
+import shutil
+from pathlib import Path
+
+from corpus_support import run_oracle
+from gradguard.analysis import analyze
+from gradguard.verify import applied, verified
+from test_cli import gradguard
+
+PROGRAMS = Path(__file__).parent / "programs" / "cases"
+
+# `features` is computed once, before the loop: every iteration's backward needs its graph.
+# retain_graph=True would keep it, but opt.step() changes the encoder weights it saved.
+PRE_LOOP_FEATURES = """\
+import torch
+import torch.nn as nn
+
+encoder = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8))
+head = nn.Linear(8, 1)
+opt = torch.optim.SGD(list(encoder.parameters()) + list(head.parameters()), lr=0.1)
+features = encoder(torch.randn(16, 4))
+for step in range(3):
+    loss = head(features).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_fix_the_engine_still_flags_is_not_offered():
+    [finding] = analyze(PRE_LOOP_FEATURES)
+    planned = [f.title for f in finding.fixes]
+    assert any("retain_graph" in t for t in planned)
+    retain = next(f for f in finding.fixes if "retain_graph" in f.title)
+    assert [g.code for g in analyze(applied(PRE_LOOP_FEATURES, retain)) if g.predicts] == ["GG002"]
+    kept = verified(PRE_LOOP_FEATURES, finding)
+    assert kept and kept[0].preferred and not any("retain_graph" in f.title for f in kept)
+    assert not [g for g in analyze(applied(PRE_LOOP_FEATURES, kept[0])) if g.predicts]
+
+
+# crashing programs whose fixes are safe (wrapping a weight update, an out-of-place op) or not
+SAFE = ["leaf_tensor_update_loop_recorded.py", "loop_inplace_add_after_sigmoid.py"]
+UNSAFE = ["gan_block_helper_no_detach.py", "while_not_done_runs_twice.py"]
+
+
+def _copy(names, into: Path) -> Path:
+    into.mkdir()
+    for name in names:
+        shutil.copy(PROGRAMS / name, into / name)
+    return into
+
+
+def _diff(before: Path, after: Path) -> str:
+    out = []
+    for path in sorted(before.glob("*.py")):
+        old, new = path.read_text(), (after / path.name).read_text()
+        out += difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                    f"a/{path.name}", f"b/{path.name}")
+    return "".join(out)
+
+
+def test_diff_prints_what_fix_writes_and_the_fixed_scripts_run(tmp_path):
+    original = _copy(SAFE + UNSAFE, tmp_path / "original")
+    work = shutil.copytree(original, tmp_path / "cases")
+    shown = gradguard("check", "--diff", "--unsafe-fixes", ".", cwd=work)
+    assert shown.returncode == 1 and shown.stdout.startswith("--- a/")
+    assert _diff(original, work) == ""  # --diff changes nothing
+    fixed = gradguard("check", "--fix", "--unsafe-fixes", ".", cwd=work)
+    assert fixed.returncode == 0, fixed.stdout
+    assert "Fixed 4 problems" in fixed.stdout
+    assert _diff(original, work) == shown.stdout
+    outcomes = run_oracle(tmp_path, [p.name for p in sorted(work.glob("*.py"))])
+    assert {name: r["kind"] for name, r in outcomes.items()} == {name: "clean" for name in SAFE + UNSAFE}
+    assert gradguard("check", "--diff", ".", cwd=work).returncode == 0  # nothing left to fix
+
+
+def test_fix_applies_safe_fixes_only_unless_asked(tmp_path):
+    original = _copy(SAFE + UNSAFE, tmp_path / "original")
+    work = shutil.copytree(original, tmp_path / "work")
+    run = gradguard("check", "--fix", ".", cwd=work)
+    assert run.returncode == 1 and "Fixed 2 problems" in run.stdout
+    changed = {p.name for p in work.glob("*.py") if p.read_text() != (original / p.name).read_text()}
+    assert changed == set(SAFE)
+    assert all(name in run.stdout for name in UNSAFE)  # still reported
