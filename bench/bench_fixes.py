@@ -7,8 +7,10 @@ make the error go away without bringing another.  tests/test_edits.py asserts th
 corpus positives; this bench measures it on the many more shapes tests/progen.py generates
 (and with --corpus on the corpus too).  Every program is run under torch by the execution
 oracle; for each that raises, the finding on the raising line whose rule predicts that kind
-gives its preferred fix, gradguard.edits applies it, and the fixed program is run by the
-oracle and analysed again.  Each crashing program gets one outcome:
+gives its preferred fix (as the editor offers it: confirmed by `verify`), gradguard.edits
+applies it, the findings it uncovers are fixed as `--fix --unsafe-fixes` would (torch stops
+at the first error, so a program may hold two), and the fixed program is run by the oracle
+and analysed again.  Each crashing program gets one outcome:
 
   no_finding     GradGuard does not find the error (bench_differential.py's business)
   no_fix         the finding offers no preferred fix
@@ -44,7 +46,8 @@ import pytest  # run_oracle reports a missing torch or oracle with pytest.skip
 from corpus_support import CORPUS, manifest, run_oracle
 from gradguard.analysis import analyze
 from gradguard.edits import apply, replacements
-from gradguard.verify import verified
+from gradguard.config import Config
+from gradguard.verify import fix_all, verified
 
 FAILURES = {"no_fix": "no fix", "edit_failed": "edit", "still_flagged": "flagged", "raises_same": "same",
             "raises_other": "other"}  # outcome: its column in the motif table
@@ -100,6 +103,10 @@ def prepare(program: progen.Program, ran: dict) -> Attempt:
             ast.parse(a.fixed)
         except SyntaxError as e:
             a.outcome, a.detail = "edit_failed", f"does not parse: {e.msg}"
+            return a
+        # an error torch met first may have hidden another: fix what is left, as `--fix --unsafe-fixes` does
+        a.fixed, more = fix_all(a.fixed, program.name, Config(), unsafe=True)
+        a.title += "".join(f" + {t}" for t in more[:1])
     return a
 
 

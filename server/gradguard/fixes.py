@@ -71,6 +71,8 @@ def loop_carried_names(loop: ast.AST) -> set:
                 visit(stmt.body)
                 continue
             exposed.update(_loads(stmt) - definite)
+            if isinstance(stmt, ast.AugAssign):  # `total += loss` reads `total` first
+                exposed.update({n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)} - definite)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for t in targets:
@@ -222,8 +224,8 @@ def _carried_from_previous_iteration(facts, b, loop):
     fixes = []
     carried = loop_carried_names(loop)
     for name, shape in [c for c in b.carriers if c[0] in carried][:1]:
-        form = "detach_tuple" if shape == "tuple" else "detach"
         initial = initial_value(facts, name, loop)
+        form = "detach_tuple" if shape == "tuple" or isinstance(initial, ast.Tuple) else "detach"
         if initial is not None:
             # the first iteration sees what was assigned before the loop: `h = None`, `total = 0`
             guarded = isinstance(initial, ast.Constant)

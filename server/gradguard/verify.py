@@ -4,9 +4,11 @@ A planned fix is a guess about data flow; the engine that found the error can ch
 Each candidate is applied to the text and the result analysed again: it is kept only if
 the finding it fixes is gone and no other error finding appears that was not there
 before (a `retain_graph=True` that turns a freed graph into a saved tensor modified by
-`optimizer.step()`, a `.detach()` of the loss that leaves it without a grad_fn).  The
-first survivor is the preferred one.  Findings are matched by rule and by the text of
-their line, since an edit moves lines.
+`optimizer.step()`, a `.detach()` of the loss that leaves it without a grad_fn).  A safe
+fix (an out-of-place op, `inplace=False`) computes the same values, so it cannot cause an
+error: what appears after it was hidden behind the error it removed (torch stops at the
+first), and it is kept.  The first survivor is the preferred one.  Findings are matched by
+rule and by the text of their line, since an edit moves lines.
 
 libcst builds the edits, so this runs where a fix is about to be used (code actions,
 `gradguard check --fix`), never in a plain analysis.
@@ -36,7 +38,8 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
     `findings`: everything found in `source` (analysed again if not given)."""
     if findings is None:
         findings = analyze(source)
-    before = _keys(source, findings) - Counter([_key(source, finding)])
+    target = _key(source, finding)
+    before = _keys(source, findings) - Counter([target])
     out = []
     for fix in finding.fixes:
         text = applied(source, fix)
@@ -46,7 +49,8 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
             after = _keys(text, analyze(text, deadline=time.monotonic() + SECONDS))
         except (SyntaxError, AnalysisTimeout):
             continue
-        if not after - before:  # its finding gone, nothing new
+        gone = after[target] < before[target] + 1
+        if gone and (fix.applicability == "safe" or not after - before):
             out.append(replace(fix, preferred=not out))
     return tuple(out)
 

@@ -1052,6 +1052,8 @@ class TorchSemantics:
             bound, inputs = {}, []
             input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]
             for p, v in zip(input_params, args):
+                items = self.exact_items(v, st) if any(isinstance(a, Tup) for a in v) else None
+                v = self.all_of(items) if items else v  # an LSTM's state `(h, c)`: both are inputs
                 bound[p] = v
                 inputs.append(v)
             modules = ()
@@ -1066,8 +1068,20 @@ class TorchSemantics:
             if arg_nodes is None:
                 arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
             arg_list = list(zip(arg_nodes, args))
-            return self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
+            out = self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
+            return self.module_outputs(kind, info, op, out)
         return self.generic_module(m, args, st, node, sub, arg_nodes)
+
+    def module_outputs(self, kind, info, op, out):
+        """What a recurrent module returns, every part carrying the call's graph: `nn.LSTM` gives
+        `(output, (h, c))`, `nn.GRU` `(output, h)`, `nn.LSTMCell` `(h, c)` (`op.returns` counts them)."""
+        n = len(op.returns)
+        if not info.returns_tuple or n < 2:
+            return out
+        if kind.endswith("Cell"):
+            return frozenset({Tup((out,) * n)})
+        state = frozenset({Tup((out,) * (n - 1))}) if n > 2 else out
+        return frozenset({Tup((out, state))})
 
     def call_layer(self, layer, args, st, node, sub, arg_nodes):
         """One layer of a Sequential: `arg_nodes` name the input only for the first layer."""
