@@ -199,6 +199,12 @@ def _two_losses(facts, b, firsts):
         fixes = [detach, keep]
     else:
         fixes = [keep, detach]
+    if stepped:  # keep the graph, and change the weights it saved only once both backwards ran
+        here = statement_of(facts, b.node)
+        moves = tuple(edit(facts, "move_after", statement_of(facts, s.node), target=here) for s in stepped)
+        fixes.append(Fix(f"Keep the graph on line {first.lineno} and run "
+                         + ", ".join(f"`{facts.text(s.node)}`" for s in stepped) + " after this backward",
+                         (retain, *moves)))
     return ranked(fixes)
 
 
@@ -245,14 +251,15 @@ def _carried_from_previous_iteration(facts, b, loop):
 # ----------------------------------------------------------------- GG002
 def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
     fixes = []
-    for n in changers[:1]:
+    flags = list(dict.fromkeys(facts.inplace_flags[n] for n in changers if n in facts.inplace_flags))
+    if flags:  # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`: every one that changed a saved tensor
+        names = ", ".join(f"`{facts.text(call, 40)}`" for call, _ in flags[:2]) + (" ..." if len(flags) > 2 else "")
+        fixes.append(Fix(f"Turn off the in-place mode of {names}: `inplace=False`",
+                         tuple(edit(facts, "inplace_false", call, "" if position is None else str(position))
+                               for call, position in flags), applicability="safe"))
+    for n in [n for n in changers if n not in facts.inplace_flags][:1]:
         stmt = statement_of(facts, n)
-        if n in facts.inplace_flags:  # `nn.ReLU(inplace=True)`, `F.relu(x, inplace=True)`
-            call, position = facts.inplace_flags[n]
-            fixes.append(Fix(f"Turn off `{facts.text(call, 40)}`'s in-place mode: `inplace=False`",
-                             (edit(facts, "inplace_false", call, "" if position is None else str(position)),),
-                             applicability="safe"))
-        elif _is_step(n):
+        if _is_step(n):
             target = _statement_reaching(facts, b, _function_of(facts, n))
             if target is not None and before(stmt, target):
                 fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
