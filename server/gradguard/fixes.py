@@ -86,6 +86,21 @@ def _loads(node) -> set:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> list:
+    """(container, value) of `bank.append(value)` calls in the loop whose value carries one of
+    `regions` (of any iteration): a memory bank that keeps last iteration's graph."""
+    sites = {r[:-1] for r in regions}
+    out = []
+    for call in ast.walk(loop):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args \
+                and call.func.attr in ("append", "appendleft", "insert", "add"):
+            value = call.args[-1]
+            t = facts.values.get(id(value))
+            if t is not None and sites & {r[:-1] for r in t.regions}:
+                out.append((call.func.value, value))
+    return out
+
+
 def initial_value(facts: Facts, name: str, loop: ast.AST) -> ast.AST | None:
     """What the last plain assignment before the loop, in the same body, gives `name` (so it
     exists at loop entry): its value expression, or None if there is none to see."""
@@ -229,7 +244,8 @@ def _built_before_loop(facts, b, loop, outside):
 def _carried_from_previous_iteration(facts, b, loop):
     fixes = []
     carried = loop_carried_names(loop)
-    for name, shape in [c for c in b.carriers if c[0] in carried][:1]:
+    # a local read before it is assigned in the loop, or an attribute of `self` (it outlives the iteration)
+    for name, shape in [c for c in b.carriers if c[0] in carried or c[0].startswith("self.")][:1]:
         initial = initial_value(facts, name, loop)
         form = "detach_tuple" if shape == "tuple" or isinstance(initial, ast.Tuple) else "detach"
         if initial is not None:
@@ -244,6 +260,9 @@ def _carried_from_previous_iteration(facts, b, loop):
     if cuts:
         fixes.append(Fix(f"Detach `{facts.text(cuts[0])}` where the previous iteration's value comes back",
                          (edit(facts, "detach", cuts[0]),)))
+    for container, value in stored_in_containers(facts, loop, b.freed_hit)[:1]:
+        fixes.append(Fix(f"Store `{facts.text(value)}` in `{facts.text(container)}` detached",
+                         (edit(facts, "detach", value),)))
     fixes.append(Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),)))
     return ranked(fixes)
 
