@@ -56,9 +56,13 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
 
 
 def _key(source: str, finding: Finding) -> tuple:
+    """A finding as the texts of its line and of the lines it points to (an edit moves lines;
+    two errors at one backward differ by their causes)."""
     lines = source.splitlines()
-    line = lines[finding.span.line - 1].strip() if finding.span.line <= len(lines) else ""
-    return finding.code, line
+
+    def text(line: int) -> str:
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return finding.code, text(finding.span.line), tuple(text(r.span.line) for r in finding.related)
 
 
 def _keys(source: str, findings: list[Finding]) -> Counter:

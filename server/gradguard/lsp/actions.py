@@ -14,7 +14,7 @@ from pygls.workspace.position_codec import ServerTextPosition
 
 from gradguard import verify
 from gradguard.analysis import AnalysisTimeout, analyze
-from gradguard.findings import Finding, Span
+from gradguard.findings import Finding, Related, Span
 from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
 from gradguard.rules import rule_by_code
 from gradguard.suppress import noqa_edit
@@ -59,7 +59,9 @@ class _Confirmed:
             return planned
         rule = rule_by_code(str(diag.code))
         line = diag.range.start.line + 1
-        finding = Finding(str(diag.code), "", "", "", Span(line, 0, line, 0),
+        related = tuple(Related(Span(r.location.range.start.line + 1, 0, r.location.range.start.line + 1, 0), "")
+                        for r in diag.related_information or ())
+        finding = Finding(str(diag.code), "", "", "", Span(line, 0, line, 0), related,
                           fixes=tuple(fix_from_json(f) for f in planned), predicts=rule.predicts if rule else None)
         try:
             if self.findings is None:
