@@ -7,7 +7,9 @@ before (a `retain_graph=True` that turns a freed graph into a saved tensor modif
 `optimizer.step()`, a `.detach()` of the loss that leaves it without a grad_fn).  A safe
 fix (an out-of-place op, `inplace=False`) computes the same values, so it cannot cause an
 error: what appears after it was hidden behind the error it removed (torch stops at the
-first), and it is kept.  The first survivor is the preferred one.  Findings are matched by
+first), and it is kept.  So is a fix that only reconnects a graph someone cut (removing a
+`.detach()`, a `no_grad` block or decorator, a `requires_grad_(False)`): the errors in the
+graph it brings back were there to meet.  The first survivor is the preferred one.  Findings are matched by
 rule and by the text of their line, since an edit moves lines.
 
 libcst builds the edits, so this runs where a fix is about to be used (code actions,
@@ -23,6 +25,7 @@ from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.findings import Finding, Fix
 
 SECONDS = 2.0  # per candidate: the analysis of one edited text
+RECONNECTING = frozenset({"remove_detach", "unwrap", "delete"})  # edit kinds that undo a graph cut
 
 
 def applied(source: str, fix: Fix) -> str | None:
@@ -50,7 +53,8 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         except (SyntaxError, AnalysisTimeout):
             continue
         gone = after[target] < before[target] + 1
-        if gone and (fix.applicability == "safe" or not after - before):
+        uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
+        if gone and (uncovers or not after - before):
             out.append(replace(fix, preferred=not out))
     return tuple(out)
 
