@@ -284,3 +284,32 @@ async def test_requests_for_documents_that_are_not_open(push: LanguageClient):
     opened(push, BUGGY)
     assert [d.code for d in await published(push)] == ["GG001"]
     assert not push.messages
+
+
+async def test_fix_all_source_action_applies_the_safe_confirmed_fixes(pull: LanguageClient):
+    """`source.fixAll.gradguard` (for editor.codeActionsOnSave): the safe fixes only."""
+    text = ("import torch\n"
+            "w = torch.randn(3, requires_grad=True)\n"
+            "for step in range(3):\n"
+            "    loss = (w * torch.randn(3)).sum()\n"
+            "    loss.backward()\n"
+            "    w -= 0.1 * w.grad\n"
+            "    w.grad = None\n"
+            "x = torch.randn(3, requires_grad=True)\n"
+            "y = (x.exp() * 2).sum()\n"
+            "y.backward()\n"
+            "y.backward()\n")
+    opened(pull, text)
+    params = types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        context=types.CodeActionContext(diagnostics=[], only=["source.fixAll.gradguard"]))
+    [action] = await pull.text_document_code_action_async(params)
+    assert action.kind == "source.fixAll.gradguard"
+    fixed = apply_edits(text, workspace_edits(action.edit, URI))
+    assert "    with torch.no_grad():\n        w -= 0.1 * w.grad\n" in fixed  # the safe fix
+    assert fixed.endswith("y.backward()\ny.backward()\n")  # retain_graph=True is not safe: left for the user
+    quick = await pull.text_document_code_action_async(types.CodeActionParams(
+        text_document=params.text_document, range=params.range,
+        context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.QuickFix])))
+    assert not quick  # asked for quick fixes only, with no diagnostic: no action

@@ -20,12 +20,23 @@ from gradguard.rules import rule_by_code
 from gradguard.suppress import noqa_edit
 
 
-def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: bool) -> list[types.CodeAction]:
+FIX_ALL = "source.fixAll.gradguard"  # for `editor.codeActionsOnSave`, as ruff's `source.fixAll.ruff`
+
+
+def _wanted(kind: str, only) -> bool:
+    """Whether an action of `kind` answers a request limited to the kinds `only` (a prefix matches)."""
+    return not only or any(kind == k or kind.startswith(k + ".") for k in only)
+
+
+def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: bool, config=None) \
+        -> list[types.CodeAction]:
     only = params.context.only
-    if only and not any(k == types.CodeActionKind.QuickFix or types.CodeActionKind.QuickFix.startswith(k)
-                        for k in only):
-        return []
     out = []
+    if config is not None and only and _wanted(FIX_ALL, only):  # asked for by name only, as on save
+        fix_all = fix_all_action(doc, config)
+        out += [fix_all] if fix_all is not None else []
+    if not _wanted(types.CodeActionKind.QuickFix, only):
+        return out
     confirmed = _Confirmed(doc)
     for diag in params.context.diagnostics:
         if diag.source != "gradguard" or not isinstance(diag.data, dict):
@@ -87,6 +98,26 @@ def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:
     text_edits = [types.TextEdit(range=to_range(doc.position_codec, lines, r.span), new_text=r.text) for r in reps]
     action.edit = workspace_edit(doc, text_edits)
     return action
+
+
+def fix_all_action(doc: TextDocument, config) -> types.CodeAction | None:
+    """Every safe fix the engine confirms, applied one at a time (`gradguard check --fix`), as
+    one edit of the whole document; None when there is nothing to fix, or for a notebook cell
+    (only part of what is analysed)."""
+    if doc.uri.startswith("vscode-notebook-cell"):
+        return None
+    source = doc.source
+    fixed, titles = verify.fix_all(source, doc.path or doc.uri, config)
+    if not titles:
+        return None
+    lines = source.splitlines(keepends=True) or [""]
+    if source.endswith(("\n", "\r")):
+        end = types.Position(line=len(lines), character=0)
+    else:
+        end = doc.position_codec.position_to_client_units(lines, ServerTextPosition(len(lines) - 1, len(lines[-1])))
+    edit = types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end), new_text=fixed)
+    return types.CodeAction(title=f"GradGuard: fix all ({len(titles)} safe)", kind=FIX_ALL,
+                            edit=workspace_edit(doc, [edit]))
 
 
 def suppress_action(doc: TextDocument, diag: types.Diagnostic) -> types.CodeAction | None:

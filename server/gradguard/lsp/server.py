@@ -211,12 +211,13 @@ def did_change_configuration(ls: GradGuardServer, params: types.DidChangeConfigu
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-    code_action_kinds=[types.CodeActionKind.QuickFix], resolve_provider=True))
+    code_action_kinds=[types.CodeActionKind.QuickFix, actions.FIX_ALL], resolve_provider=True))
 def code_action(ls: GradGuardServer, params: types.CodeActionParams):
     if params.text_document.uri not in ls.workspace.text_documents:
         return []
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    return actions.code_actions(doc, params, ls.resolvable)
+    config, _ = ls.analyses.config_for(doc.path)
+    return actions.code_actions(doc, params, ls.resolvable, config)
 
 
 @server.feature(types.CODE_ACTION_RESOLVE)
