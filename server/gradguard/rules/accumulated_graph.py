@@ -34,6 +34,10 @@ class AccumulatedGraph(Rule):
         loss.backward()
         total += loss.item()
     ```
+
+    ## Fix safety
+    Safe: accumulating `.item()` (or `.detach()`) keeps the same values and frees each
+    iteration's graph.
     """
 
     code = "GG102"

@@ -3,7 +3,7 @@
 Rules only query the facts the flow engine established (see `gradguard.facts`) and
 report; they never walk the syntax tree themselves.  A rule's class docstring is its
 documentation in ruff's sections (What it does / Why is this bad? / Example / Use
-instead); `gradguard rule CODE`, hover and the README all render that one text.
+instead / Fix safety); `gradguard rule CODE`, hover and the README all render that one text.
 `VALID` and `INVALID` are run as tests (tests/test_rule_examples.py): every valid
 snippet gives no finding of this rule, every invalid one gives one at the `# error`
 marker line.
@@ -15,7 +15,7 @@ from typing import ClassVar, Iterable
 
 from gradguard.findings import Finding
 
-SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead")
+SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety")
 DOCS_URL = "https://github.com/gradguard/gradguard/blob/main/docs/rules.md#{anchor}"
 
 

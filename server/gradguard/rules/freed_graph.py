@@ -49,6 +49,13 @@ class FreedGraph(Rule):
         loss.backward()
         opt.step()
     ```
+
+    ## Fix safety
+    Unsafe: every fix changes which gradients flow or what memory is held. `.detach()` and
+    `torch.no_grad()` stop gradients reaching what they cut; `retain_graph=True` keeps the
+    graph in memory (and is offered only when no `optimizer.step()` would break it, or
+    together with moving that step after the second backward). Each offered fix has been
+    applied and analysed again: its error is gone and no other appeared.
     """
 
     code = "GG001"

@@ -41,6 +41,12 @@ class InplaceSaved(Rule):
     out = attn @ v
     out.sum().backward()
     ```
+
+    ## Fix safety
+    Safe: the out-of-place op, `inplace=False` and `.clone()` compute the same values, only
+    without overwriting the saved tensor (they use a little more memory). Unsafe: moving
+    `optimizer.step()` (the second loss then sees the old weights) and `.detach()` (no
+    gradient through the cut).
     """
 
     code = "GG002"

@@ -32,6 +32,10 @@ class LeafInplace(Rule):
     with torch.no_grad():
         w -= 0.1 * w.grad
     ```
+
+    ## Fix safety
+    Safe: wrapping the update in `with torch.no_grad():` is what the update meant; the
+    values are the same and no graph is recorded for it.
     """
 
     code = "GG003"

@@ -36,6 +36,10 @@ class MissingZeroGrad(Rule):
         loss.backward()
         optimizer.step()
     ```
+
+    ## Fix safety
+    Unsafe: clearing the gradients every iteration changes the updates when the
+    accumulation was meant.
     """
 
     code = "GG103"

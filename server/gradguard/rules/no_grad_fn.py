@@ -37,6 +37,11 @@ class NoGradFn(Rule):
     loss = F.l1_loss(pred, target)
     loss.backward()
     ```
+
+    ## Fix safety
+    Unsafe: removing a `.detach()`, a `no_grad` block or a `requires_grad_(False)` makes
+    gradients flow where the code had stopped them, and may bring back errors in the graph
+    it reconnects (fixed next, one at a time).
     """
 
     code = "GG004"

@@ -31,6 +31,9 @@ class NonLeafGrad(Rule):
     y.sum().backward()
     print(y.grad)
     ```
+
+    ## Fix safety
+    Safe: `retain_grad()` only keeps the gradient for reading; nothing else changes.
     """
 
     code = "GG101"
