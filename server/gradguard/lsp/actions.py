@@ -56,8 +56,8 @@ def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: 
 
 class _Confirmed:
     """The fixes of a diagnostic that `verify` confirms on the document as it is now.  A
-    notebook cell is only part of what was analysed, and a diagnostic of another version
-    has moved: their fixes are listed as planned."""
+    notebook cell is only part of what was analysed, a diagnostic of another version has
+    moved, and without libcst no fix can be built: their fixes are listed as planned."""
 
     def __init__(self, doc: TextDocument):
         self.doc = doc
@@ -78,7 +78,7 @@ class _Confirmed:
             if self.findings is None:
                 self.findings = analyze(self.doc.source)
             return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings)]
-        except (SyntaxError, AnalysisTimeout):
+        except (SyntaxError, AnalysisTimeout, ImportError):  # no libcst here: listed as planned
             return planned
 
 
@@ -107,7 +107,10 @@ def fix_all_action(doc: TextDocument, config) -> types.CodeAction | None:
     if doc.uri.startswith("vscode-notebook-cell"):
         return None
     source = doc.source
-    fixed, titles = verify.fix_all(source, doc.path or doc.uri, config)
+    try:
+        fixed, titles = verify.fix_all(source, doc.path or doc.uri, config)
+    except ImportError:  # no libcst in this interpreter: the server already says how to install it
+        return None
     if not titles:
         return None
     lines = source.splitlines(keepends=True) or [""]
