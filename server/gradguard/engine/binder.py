@@ -97,17 +97,30 @@ class Statefulness:
     over the text (one per round of callers found)."""
 
     def __init__(self, source: str, sites: list[FunctionSite]):
+        self.source = source
         self.starts = [0] + [m.end() for m in re.finditer(r"\n", source)]
-        hints = ("backward", ".grad", ".step")  # cheap: most library files have none of them
-        self.lines = sorted({self.line_of(m.start()) for m in STATEFUL.finditer(source)}) \
-            if any(h in source for h in hints) else []
+        # substrings first (C speed; most library files have none), the regex on their lines only
+        self.lines = sorted(self.lines_with(("backward", ".grad", ".step"), STATEFUL))
         names: set = set()
         new = {site.node.name for site in sites if self.touches(site.node)}
         while new:  # callers of stateful functions are stateful, by name
             names |= new
             calls = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(new))) + r")\s*\(")
-            self.lines = sorted(set(self.lines) | {self.line_of(m.start()) for m in calls.finditer(source)})
+            self.lines = sorted(set(self.lines) | self.lines_with(sorted(new), calls))
             new = {site.node.name for site in sites if site.node.name not in names and self.touches(site.node)}
+
+    def lines_with(self, needles, pattern) -> set:
+        """Numbers of the lines holding one of `needles` on which `pattern` matches."""
+        out = set()
+        for needle in needles:
+            i = self.source.find(needle)
+            while i >= 0:
+                line = self.line_of(i)
+                start, end = self.starts[line - 1], self.starts[line] if line < len(self.starts) else len(self.source)
+                if pattern.search(self.source, start, end):
+                    out.add(line)
+                i = self.source.find(needle, end)
+        return out
 
     def line_of(self, pos: int) -> int:
         return bisect.bisect_right(self.starts, pos)
