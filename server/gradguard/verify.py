@@ -9,8 +9,9 @@ fix (an out-of-place op, `inplace=False`) computes the same values, so it cannot
 error: what appears after it was hidden behind the error it removed (torch stops at the
 first), and it is kept.  So is a fix that only reconnects a graph someone cut (removing a
 `.detach()`, a `no_grad` block or decorator, a `requires_grad_(False)`): the errors in the
-graph it brings back were there to meet.  The first survivor is the preferred one.  Findings are matched by
-rule and by the text of their line, since an edit moves lines.
+graph it brings back were there to meet.  The first survivor is the preferred one.
+Findings are matched by rule and by the texts of their line and of the lines they point to,
+since an edit moves lines.
 
 libcst builds the edits, so this runs where a fix is about to be used (code actions,
 `gradguard check --fix`), never in a plain analysis.
@@ -52,7 +53,7 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
             after = _keys(text, analyze(text, deadline=time.monotonic() + SECONDS))
         except (SyntaxError, AnalysisTimeout):
             continue
-        gone = after[target] < before[target] + 1
+        gone = after[target] <= before[target]  # `before` lacks this finding: as many as the others left
         uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
         if gone and (uncovers or not after - before):
             out.append(replace(fix, preferred=not out))
@@ -86,8 +87,9 @@ def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 
         if result.error:
             break
         candidates = [f for f in result.findings if f.fixes and _key(source, f) not in skipped]
+        everything = analyze(source) if candidates else []  # unfiltered by settings: what a fix must not add
         for finding in candidates:
-            fixes = verified(source, finding)
+            fixes = verified(source, finding, everything)
             fix = fixes[0] if fixes else None
             if fix is None or (fix.applicability != "safe" and not unsafe):
                 skipped.add(_key(source, finding))
