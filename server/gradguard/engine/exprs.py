@@ -12,7 +12,7 @@ import operator
 
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, join, join_all,
+    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, int_of, join, join_all,
     objs_of, tensor_of,
 )
 
@@ -740,19 +740,10 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
-def _number(v):
-    """The int a value surely is, or None."""
-    if len(v) == 1:
-        (a,) = tuple(v)
-        if isinstance(a, Const) and type(a.value) is int:
-            return a.value
-    return None
-
-
 def _fold(op, left, right):
     """`(step - 1) % 3` with known numbers (a concrete iteration's counter) is a known number."""
     fn = _ARITH.get(type(op))
-    a, b = _number(left), _number(right)
+    a, b = int_of(left), int_of(right)
     if isinstance(op, ast.Mod) and a == 0 and b is None:
         return const(0)  # `i % n_critic` on the first iteration: 0 whatever the (nonzero) number
     if fn is None or a is None or b is None:
@@ -766,5 +757,5 @@ def _fold(op, left, right):
 
 def _fold_compare(op, left, right):
     fn = _COMPARE.get(type(op))
-    a, b = _number(left), _number(right)
+    a, b = int_of(left), int_of(right)
     return None if fn is None or a is None or b is None else fn(a, b)

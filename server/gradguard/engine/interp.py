@@ -430,9 +430,9 @@ class Interpreter(Expressions, TorchSemantics):
                 kind = "classmethod"
             elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
-            elif self.grad_mode_of(dv) is False:
+            elif (mode := self.grad_mode_of(dv)) is False:
                 self.no_grad_funcs.add(s)
-            elif self.grad_mode_of(dv) == "keep" and _may_switch_grad(d):
+            elif mode == "keep" and _may_switch_grad(d):
                 self.unknown_grad_funcs.add(s)
         if value is None:
             value = frozenset({Func(s, kind=kind)})
@@ -693,17 +693,21 @@ class Interpreter(Expressions, TorchSemantics):
         return None
 
 
+def _called_name(expr) -> str:
+    """The last name of what `expr` calls or is: `torch.no_grad()` and `no_grad` give "no_grad"."""
+    func = expr.func if isinstance(expr, ast.Call) else expr
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
 def _may_switch_grad(expr) -> bool:
     """A context manager or decorator GradGuard does not know whose name says it switches
     gradient recording (`accelerate`'s or a project's own `no_grad`, `inference_mode`)."""
-    func = expr.func if isinstance(expr, ast.Call) else expr
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    return any(word in name.lower() for word in ("no_grad", "inference_mode", "grad_enabled", "enable_grad"))
+    name = _called_name(expr).lower()
+    return any(word in name for word in ("no_grad", "inference_mode", "grad_enabled", "enable_grad"))
 
 
 def _expects_error(expr) -> bool:
-    func = expr.func if isinstance(expr, ast.Call) else expr
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    name = _called_name(expr)
     return name.startswith("assertRaises") or name == "raises"
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.values import CARRIES, DIRTY, FREED, Const, Tensor, Tup, join, map_tensors, tensor_of, tri_join
+from gradguard.engine.values import (
+    CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, join, map_tensors, tensor_of, tri_join,
+)
 
 GLOBALS = ("<module>",)
 
@@ -78,7 +80,7 @@ def join_states(a: State | None, b: State | None) -> State | None:
     if a.env.get(MAYBE_UNBOUND) != b.env.get(MAYBE_UNBOUND) or a.env.keys() != b.env.keys():
         # a local bound on one side only may be unbound after the join
         unbound = a.env.keys() ^ b.env.keys() | maybe_unbound(a) | maybe_unbound(b)
-        env[MAYBE_UNBOUND] = frozenset({Const(frozenset(unbound - {MAYBE_UNBOUND}))})
+        env[MAYBE_UNBOUND] = const(frozenset(unbound - {MAYBE_UNBOUND}))
     return State(env, heap, tri_join(a.grad, b.grad), a.statics)
 
 
@@ -117,8 +119,6 @@ def _rewrite(st: State, fn) -> None:
                 new[name] = w
         if new is not None:
             st.heap[oid] = new
-
-
 
 
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:

@@ -20,7 +20,7 @@ from gradguard import knowledge as K
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
-    Tup, Unknown, const, is_summary, join, join_all, map_tensors, objs_of, tensor_of,
+    Tup, Unknown, const, int_of, is_summary, join, join_all, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -81,14 +81,6 @@ class TorchSemantics:
     def site_key(self, node, sub=0) -> tuple:
         return (self.frame.ctx, id(node), sub)
 
-    def int_const(self, v):
-        """The int a value surely is, or None."""
-        if len(v) == 1:
-            (a,) = tuple(v)
-            if isinstance(a, Const) and type(a.value) is int:
-                return a.value
-        return None
-
     def loop_count(self, it, st) -> tuple:
         """(how many times a `for` over `it` runs, or None; a function giving the element of a
         concrete iteration from its index, or None) for `range(...)` and `enumerate(...)`."""
@@ -96,7 +88,7 @@ class TorchSemantics:
         if len(it) != 1 or len(objs) != 1:
             return None, None
         attrs = st.heap.get(objs[0].id) or {}
-        count = self.int_const(attrs.get("<count>", UNKNOWN))
+        count = int_of(attrs.get("<count>", UNKNOWN))
         kind = attrs.get("<counter>")
         if kind is None:
             return count, None
@@ -619,7 +611,7 @@ class TorchSemantics:
             # exact layers or tensors: what a concrete iteration keeps and a widened one loses
             self.sure_events += any(tensor_of(a) is not None or objs_of(a, "module") for a in added)
             if name == "insert":
-                pos = self.int_const(args[0]) if len(args) == 2 else None
+                pos = int_of(args[0]) if len(args) == 2 else None
                 new = None if pos is None else items[:pos] + tuple(added) + items[pos:]
             elif name == "appendleft":
                 new = tuple(added) + items
@@ -762,7 +754,7 @@ class TorchSemantics:
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
-            ints = [self.int_const(a) for a in args[:3]] or [None]
+            ints = [int_of(a) for a in args[:3]] or [None]
             start, stop, step = (0, ints[0], 1) if len(ints) == 1 else (ints + [1])[:3]
             count = len(range(start, stop, step)) if None not in (start, stop, step) and step else None
             seq = self.make_sequence(frozenset({Num()}), st, node, nonempty=bool(count) or None)
@@ -772,7 +764,7 @@ class TorchSemantics:
                 st.set_attr(objs_of(seq)[0].id, "<count>", const(count))
             return seq
         if name == "enumerate":
-            start = self.int_const(args[1] if len(args) > 1 else kwargs.get("start", const(0)))
+            start = int_of(args[1] if len(args) > 1 else kwargs.get("start", const(0)))
             seq = self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
                                      nonempty=self.is_nonempty(a0, st) or None)
             if start is not None:
@@ -914,12 +906,16 @@ class TorchSemantics:
                 for item in a.items:
                     yield from self.flat_objects(item, st, depth + 1)
 
+    def builtin_info(self, m: Obj):
+        """What the knowledge says of a torch.nn module's class; None for a local or unseen one."""
+        kind = self.module_kind.get(m.id)
+        return K.module_info(kind) if kind not in (None, "local", "opaque") else None
+
     def has_parameters(self, m: Obj, st) -> bool:
         """Whether the module (or one of its submodules) has parameters of its own."""
         for x in self.submodules(m, st):
-            kind = self.module_kind.get(x.id)
-            info = K.module_info(kind) if kind not in (None, "local", "opaque") else None
-            if kind == "opaque" or (info is not None and info.has_params):
+            info = self.builtin_info(x)
+            if self.module_kind.get(x.id) == "opaque" or (info is not None and info.has_params):
                 return True
             for v in (st.heap.get(x.id) or {}).values():
                 t = tensor_of(v)
@@ -948,12 +944,16 @@ class TorchSemantics:
         """Each buffer of `m` and its submodules: built-in ones and those registered by name."""
         out = []
         for x in self.submodules(m, st):
-            kind = self.module_kind.get(x.id)
-            info = K.module_info(kind) if kind not in (None, "local", "opaque") else None
+            info = self.builtin_info(x)
             if info is not None and info.buffer_params:
                 out.append(self.buffer_value(x))
-            out.extend(self.exact_items(st.get_attr(x.id, "<buffers>") or frozenset({Tup(())}), st) or [UNKNOWN])
+            registered = self.registered_buffers(x, st)
+            out.extend(registered if registered is not None else [UNKNOWN])
         return out
+
+    def registered_buffers(self, m: Obj, st):
+        """The tensors `register_buffer` gave `m`, in order, or None if not known one by one."""
+        return self.exact_items(st.get_attr(m.id, "<buffers>") or frozenset({Tup(())}), st)
 
     def module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
@@ -975,8 +975,8 @@ class TorchSemantics:
         return frozenset({sub})
 
     def module_method(self, m: Obj, name, args, kwargs, st, node, strong=False):
-        kind = self.module_kind.get(m.id)
-        container = kind not in (None, "local", "opaque") and K.module_info(kind).container
+        info = self.builtin_info(m)
+        container = info is not None and info.container
         if container and (name in ("append", "extend", "insert") or (name == "add_module" and len(args) >= 2)):
             self.grow(m, name if name != "add_module" else "append", args[-1:] if name == "add_module" else args,
                       st, strong, "<layers>")
@@ -1002,10 +1002,7 @@ class TorchSemantics:
             return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
         if name == "zero_grad":
             self.note_event("zero_grad", node)
-            flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
-            if flag is not False:
-                cleared = frozenset(("params", x.id) for x in self.submodules(m, st))
-                self.update_sure_grads(st, lambda objs: objs - cleared)
+            self.clears_grads(kwargs, st, frozenset(("params", x.id) for x in self.submodules(m, st)))
             return NONE
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else True
@@ -1016,7 +1013,7 @@ class TorchSemantics:
         if name in ("train", "eval", "to", "cuda", "cpu", "float", "double", "half", "apply"):
             return frozenset({m})
         if name == "register_buffer" and len(args) >= 2:
-            known = self.exact_items(st.get_attr(m.id, "<buffers>") or frozenset({Tup(())}), st)
+            known = self.registered_buffers(m, st)
             st.set_attr(m.id, "<buffers>", frozenset({Tup(known + (args[1],))}) if known is not None else UNKNOWN)
         if name in ("register_buffer", "register_parameter", "add_module") and len(args) >= 2 \
                 and isinstance(node.args[0], ast.Constant):
@@ -1028,7 +1025,7 @@ class TorchSemantics:
 
     def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
         kind = self.module_kind.get(m.id, "opaque")
-        info = K.module_info(kind) if kind not in ("local", "opaque") else None
+        info = self.builtin_info(m)
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
         if info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
@@ -1139,12 +1136,16 @@ class TorchSemantics:
     def grads_cleared(self, opt, kwargs, st):
         """zero_grad() sets grads to None (set_to_none defaults to True): a step before the
         next backward skips every parameter."""
-        flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
-        if flag is True:
+        if self.clears_grads(kwargs, st, self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)) is True:
             st.set_attr(opt.id, GRADS, const(False))
+
+    def clears_grads(self, kwargs, st, objs):
+        """`zero_grad(set_to_none=...)` on the leaves `objs`: unless it surely keeps them (zeroed,
+        set_to_none=False), their grads are no longer surely set.  Returns set_to_none."""
+        flag = self.truth_of(kwargs["set_to_none"]) if "set_to_none" in kwargs else True
         if flag is not False:
-            cleared = self.optimizer_objs(st.get_attr(opt.id, "<params>") or EMPTY, st)
-            self.update_sure_grads(st, lambda objs: objs - cleared)
+            self.update_sure_grads(st, lambda sure: sure - objs)
+        return flag
 
     def optimizer_objs(self, params, st, depth=0) -> frozenset:
         out = set()

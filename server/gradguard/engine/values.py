@@ -137,6 +137,15 @@ def const(v) -> frozenset:
     return frozenset({Const(v)})
 
 
+def int_of(v: frozenset) -> Optional[int]:
+    """The int a value surely is (not a bool), or None."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Const) and type(a.value) is int:
+            return a.value
+    return None
+
+
 def tensor_of(v: frozenset) -> Optional[Tensor]:
     for a in v:
         if isinstance(a, Tensor):
