@@ -1,11 +1,11 @@
 """Whether GradGuard's preferred quick fix makes a crashing program run clean, and how it fails when not.
 
-    python bench/bench_fixes.py [--seed S] [-n N] [--corpus] [--list] [--show NAME ...]
+    python bench/bench_fixes.py [--seed S] [-n N] [--corpus] [--dir DIR] [--list] [--show NAME ...]
 
 Finding an error is half the job: the fix the editor offers first (`Fix.preferred`) must
 make the error go away without bringing another.  tests/test_edits.py asserts that on the
 corpus positives; this bench measures it on the many more shapes tests/progen.py generates
-(and with --corpus on the corpus too).  Every program is run under torch by the execution
+(with --corpus on the corpus too, with --dir on any directory of scripts, labelled by running them).  Every program is run under torch by the execution
 oracle; for each that raises, the finding on the raising line whose rule predicts that kind
 gives its preferred fix (as the editor offers it: confirmed by `verify`), gradguard.edits
 applies it, the findings it uncovers are fixed as `--fix --unsafe-fixes` would (torch stops
@@ -136,6 +136,18 @@ def corpus_programs() -> tuple[list[progen.Program], dict]:
     return programs, results
 
 
+def dir_programs(directory: Path, tmp: Path) -> tuple[list[progen.Program], dict]:
+    """The scripts of a directory as programs (motif dir:NAME), labelled by running them."""
+    (tmp / "cases").mkdir(parents=True)
+    programs = []
+    for path in sorted(directory.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        (tmp / "cases" / path.name).write_text(source, encoding="utf-8")
+        programs.append(progen.Program(path.stem, source, (f"dir:{directory.name}",)))
+    results = run_oracle(tmp, [f"{p.name}.py" for p in programs])
+    return programs, {p.name: results[f"{p.name}.py"] for p in programs}
+
+
 def rate_line(label: str, attempts: list[Attempt]) -> str:
     found = [a for a in attempts if a.outcome != "no_finding"]
     clean = sum(a.outcome in RAN_CLEAN for a in found)
@@ -151,6 +163,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("-n", type=int, default=600, help="how many generated programs (default: 600)")
     parser.add_argument("--corpus", action="store_true", help="also the corpus (../shared/corpus)")
+    parser.add_argument("--dir", type=Path, help="also every script in DIR, labelled by running it")
     parser.add_argument("--list", action="store_true", help="print every failure")
     parser.add_argument("--show", action="append", default=[], metavar="NAME",
                         help="print a program, its preferred fix and the fix's diff")
@@ -158,6 +171,10 @@ def main() -> int:
 
     generated = progen.generate(args.seed, args.n)
     corpus, corpus_results = corpus_programs() if args.corpus else ([], {})
+    if args.dir:
+        with tempfile.TemporaryDirectory(prefix="gg_dir_") as tmp:
+            scripts, script_results = dir_programs(args.dir, Path(tmp))
+        corpus, corpus_results = corpus + scripts, {**corpus_results, **script_results}
     by_name = {p.name: p for p in generated + corpus}
     unknown = [name for name in args.show if name not in by_name]
     if unknown:
@@ -184,7 +201,11 @@ def main() -> int:
           f"{sum(a.program.name not in in_corpus for a in attempts)} crashing")
     print(rate_line("generated", [a for a in attempts if a.program.name not in in_corpus]))
     if args.corpus:
-        print(rate_line("corpus", [a for a in attempts if a.program.name in in_corpus]))
+        print(rate_line("corpus", [a for a in attempts if a.program.name in in_corpus
+                                   and not a.program.motifs[0].startswith("dir:")]))
+    if args.dir:
+        print(rate_line(args.dir.name, [a for a in attempts if a.program.motifs[0].startswith("dir:")]))
+    if args.corpus or args.dir:
         print(rate_line("overall", attempts))
 
     found = [a for a in attempts if a.outcome != "no_finding"]

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import progen
+import pytest
 from corpus_support import run_oracle
 from gradguard.analysis import analyze
 from gradguard.config import Config
@@ -108,4 +109,50 @@ def test_fixes_make_generated_crashing_programs_run(tmp_path):
     failed = [f"{p.name}: {ran[p.name]['kind']} -> {after[p.name]['kind']} {after[p.name]['message'][:80]}"
               for p in fixed if after[p.name]["kind"] != "clean"]
     rate = 1 - len(failed) / len(crashing)
-    assert rate >= 0.9, f"{rate:.1%} of {len(crashing)} run clean after the fixes:\n" + "\n".join(failed)
+    assert rate >= 0.97, f"{rate:.1%} of {len(crashing)} run clean after the fixes:\n" + "\n".join(failed)
+
+
+# Crashing programs with no mechanical fix, and why (strict: a fix found for one fails until it is removed here)
+NO_FIX = {
+    "buffers_zero_between_forward_backward.py": "zeroing BatchNorm's buffers mid-step has no edit that keeps its meaning",
+    "opaque_model_output_loss_from_labels.py": "the loss is built from the labels alone: nothing to reconnect",
+    "requires_grad_from_shape_false.py": "not found (tensor shapes are not tracked), so nothing to fix",
+}
+
+
+def test_every_program_that_crashes_runs_after_fix(tmp_path):
+    """Proof by running, on every crashing program of tests/programs: `fix_all` as
+    `--fix --unsafe-fixes` applies it (the preferred confirmed fix of each finding, one at a
+    time), then the oracle runs the result under torch."""
+    crashing = [p for p in sorted(PROGRAMS.glob("*.py")) if p.read_text().split("\n", 1)[0] != "# expect: clean"]
+    (tmp_path / "cases").mkdir()
+    for path in crashing:
+        fixed = fix_all(path.read_text(), path.name, Config(), unsafe=True)[0]
+        (tmp_path / "cases" / path.name).write_text(fixed, encoding="utf-8")
+    after = run_oracle(tmp_path, [p.name for p in crashing])
+    failed = {name: f"{r['kind']} {r['message'][:80]}" for name, r in after.items() if r["kind"] != "clean"}
+    assert set(failed) == set(NO_FIX), failed
+
+
+AUTOENCODER = """\
+import torch
+import torch.nn as nn
+
+enc, dec = nn.Linear(10, 4), nn.Linear(4, 10)
+opt = torch.optim.Adam(list(enc.parameters()) + list(dec.parameters()))
+x = torch.rand(8, 10)
+h = enc(x)
+recon = dec(h)
+code = h.sigmoid_()
+{after}loss = (recon - x).pow(2).mean() + code.mean()
+loss.backward()
+"""
+
+
+@pytest.mark.parametrize("after, offered", [("", True), ("print(h.norm())\n", False)])
+def test_out_of_place_in_an_expression_only_where_no_one_else_sees_the_tensor(after, offered):
+    """`code = h.sigmoid()` computes what `code = h.sigmoid_()` did only if `h` is not read again."""
+    source = AUTOENCODER.format(after=after)
+    [finding] = [f for f in analyze(source) if f.code == "GG002"]
+    titles = [f.title for f in verified(source, finding)]
+    assert ("Use the out-of-place operation" in titles) == offered, titles

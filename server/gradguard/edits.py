@@ -635,6 +635,87 @@ def _remove_detach(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
 
 
+def _soft_argmax(doc: _Doc, e: Edit):
+    """`torch.argmax(x, dim)` -> the expected index under `softmax(x)` along `dim` (argmin:
+    under `softmax(-x)`), a float with the same shape that gradients flow through.  `x` is
+    written three times, so only a name, attribute or plain subscript is accepted."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None:
+        return None
+    path, _, _ = found
+    call = path[-1]
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in ("argmax", "argmin"):
+        return None
+    args = list(call.args)
+    if _root(call.func.value) in _modules(doc.tree):  # torch.argmax(x, ...)
+        torch = doc.segment(Span(*doc.span(call.func.value)))
+        if not args:
+            return None
+        x = args.pop(0)
+    elif "torch" in _modules(doc.tree):  # x.argmax(...)
+        torch, x = "torch", call.func.value
+    else:
+        return None
+    kw = {k.arg: k.value for k in call.keywords}
+    dim = kw.pop("dim", kw.pop("axis", args.pop(0) if args else None))
+    keepdim = kw.pop("keepdim", args.pop(0) if args else None)
+    simple = isinstance(x, (ast.Name, ast.Attribute, ast.Subscript)) and not any(
+        isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Lambda)) for n in ast.walk(x))
+    if args or kw or not simple:
+        return None
+    keep = keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False)
+    if keep and (dim is None or not isinstance(keepdim, ast.Constant)):
+        return None
+
+    def text(n):
+        return doc.segment(Span(*doc.span(n)))
+    xs = text(x)
+    sign = "-" if call.func.attr == "argmin" else ""
+    index = f"dtype={xs}.dtype, device={xs}.device"
+    if dim is None:
+        new = f"({torch}.softmax({sign}{xs}.flatten(), 0) * {torch}.arange({xs}.numel(), {index})).sum()"
+    else:
+        d = text(dim)
+        new = (f"({torch}.softmax({sign}{xs}.movedim({d}, -1), -1) * {torch}.arange({xs}.shape[{d}], {index}))"
+               f".sum(-1)" + (f".unsqueeze({d})" if keep else ""))
+    return [(Replacement(e.span, new), _region(doc, path))]
+
+
+def _remove_item(doc: _Doc, e: Edit):
+    """`X.item()` becomes `X`."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not (isinstance(found[2], cst.Call) and isinstance(found[2].func, cst.Attribute)
+                             and found[2].func.attr.value == "item" and not found[2].args):
+        return None
+    path, module, call = found
+    return [(Replacement(e.span, module.code_for_node(call.func.value)), _region(doc, path))]
+
+
+def _unwrap_item(doc: _Doc, e: Edit):
+    """`torch.tensor(X.item())` becomes `X` (parenthesized unless an atom)."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not (isinstance(found[2], cst.Call) and len(found[2].args) == 1):
+        return None
+    path, module, call = found
+    item = call.args[0].value
+    if not (isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "item"):
+        return None
+    inner = item.func.value
+    if not (inner.lpar or isinstance(inner, _ATOMS)):
+        inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
+
+
+def _stack(doc: _Doc, e: Edit):
+    """`torch.tensor(xs)` becomes `torch.stack(xs)` (xs: a list of tensors now)."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not (isinstance(found[2], cst.Call) and isinstance(found[2].func, cst.Attribute)):
+        return None
+    path, module, call = found
+    new = call.with_changes(func=call.func.with_changes(attr=cst.Name("stack")))
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
+
+
 def _retain_graph(doc: _Doc, e: Edit):
     found = _expression(doc, e.span, ast.Call)
     if found is None:
@@ -702,7 +783,8 @@ def _retain_slot(doc: _Doc, call: ast.Call) -> int | None:
 
 
 def _out_of_place(doc: _Doc, e: Edit):
-    """`x += y` -> `x = x + y`; `x.relu_()` -> `x = x.relu()` (only as a whole statement)."""
+    """`x += y` -> `x = x + y`; `x.relu_()` -> `x = x.relu()` as a whole statement; inside an
+    expression `h.sigmoid_()` -> `h.sigmoid()`."""
     path = _path(doc, e.span, (ast.AugAssign, ast.Call))
     if path is None:
         return None
@@ -710,13 +792,14 @@ def _out_of_place(doc: _Doc, e: Edit):
         return _out_of_place_aug(doc, e.span, path)
     _, module, node = _expression(doc, e.span, ast.Call)
     call, stmt = path[-1], path[-2]
-    if not (isinstance(stmt, ast.Expr) and stmt.value is call and isinstance(call.func, ast.Attribute)
-            and doc.span(stmt) == doc.span(call) and isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)):
+    name = getattr(call.func, "attr", "")
+    if not (isinstance(call.func, ast.Attribute) and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and name.endswith("_") and not name.startswith("__") and name not in K.NO_OUT_OF_PLACE):
         return None
-    name = call.func.attr
-    if not name.endswith("_") or name.startswith("__") or name in K.NO_OUT_OF_PLACE:
-        return None
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call and doc.span(stmt) == doc.span(call)):
+        # inside an expression (`code = h.sigmoid_()`): the planner found no one else sees the tensor
+        value = node.with_changes(func=node.func.with_changes(attr=cst.Name(name[:-1])))
+        return [(Replacement(e.span, module.code_for_node(value)), _region(doc, path))]
     if _root(call.func.value) in _modules(doc.tree):  # torch.relu_(x): x = torch.relu(x)
         if not call.args or not isinstance(call.args[0], (ast.Name, ast.Attribute)):
             return None
@@ -849,10 +932,15 @@ _HANDLERS = {
     "detach_tuple_after": _insert("{name} = tuple(t.detach() for t in {name})", after=True),
     "clone_before": _insert("{name} = {name}.clone()", after=False),
     "retain_grad": _insert("{name}.retain_grad()", after=True),
+    "requires_grad_after": _insert("{name}.requires_grad_()", after=True),
     "zero_grad": _insert("{name}.zero_grad()", after=False),
     "move_into_loop": _move,
     "move_after": _move,
     "remove_detach": _remove_detach,
+    "remove_item": _remove_item,
+    "stack": _stack,
+    "unwrap_item": _unwrap_item,
+    "soft_argmax": _soft_argmax,
     "unwrap": _unwrap,
     "delete": _delete,
 }

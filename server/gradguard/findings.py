@@ -41,12 +41,19 @@ class Edit:
     - "item": append `.item()` to the expression at `span`;
     - "clone_before": insert `NAME = NAME.clone()` before the statement at `span`;
     - "out_of_place": turn the in-place call at `span` (`x.relu_()`, `x.masked_fill_(...)`)
-      into an assignment of its out-of-place form (`x = x.relu()`);
+      into an assignment of its out-of-place form (`x = x.relu()`), or inside an expression
+      into the out-of-place call (`h.sigmoid_()` -> `h.sigmoid()`);
     - "retain_grad": insert `NAME.retain_grad()` after the statement at `span`;
+    - "requires_grad_after": insert `NAME.requires_grad_()` after the statement at `span`;
     - "zero_grad": insert `NAME.zero_grad()` before the statement at `span`;
     - "move_into_loop": move the statement at `span` to the top of the loop body at `target`;
     - "move_after": move the statement at `span` to just after the statement at `target`;
     - "remove_detach": the expression at `span` is `X.detach()` or `X.data`: it becomes `X`;
+    - "remove_item": the call at `span` is `X.item()`: it becomes `X`;
+    - "stack": the call at `span` is `torch.tensor(xs)`: it becomes `torch.stack(xs)`;
+    - "unwrap_item": the call at `span` is `torch.tensor(X.item())`: it becomes `X`;
+    - "soft_argmax": the call at `span` is an argmax or argmin: it becomes the expected index under
+      a softmax, a float that gradients flow through;
     - "unwrap": the `with` statement at `span` is replaced by its body, dedented;
     - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties).
     """

@@ -60,15 +60,18 @@ def loop_carried_names(loop: ast.AST) -> set:
     assigned = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         assigned -= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-    definite: set = set()
     exposed: set = set()
 
-    def visit(body):
+    def visit(body, definite: set):
         for stmt in body:
             if isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     exposed.update(_loads(item.context_expr) - definite)
-                visit(stmt.body)
+                visit(stmt.body, definite)
+                continue
+            if isinstance(stmt, (ast.For, ast.AsyncFor)) and not stmt.orelse:  # its target is set before its body
+                exposed.update(_loads(stmt.iter) - definite)
+                visit(stmt.body, definite | {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)})
                 continue
             exposed.update(_loads(stmt) - definite)
             if isinstance(stmt, ast.AugAssign):  # `total += loss` reads `total` first
@@ -78,7 +81,7 @@ def loop_carried_names(loop: ast.AST) -> set:
                 for t in targets:
                     definite.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
 
-    visit(loop.body)
+    visit(loop.body, set())
     return exposed & assigned
 
 
@@ -99,6 +102,54 @@ def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> lis
             if t is not None and sites & {r[:-1] for r in t.regions}:
                 out.append((call.func.value, value))
     return out
+
+
+def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
+    """Values assigned to an attribute (`self.queue = torch.cat([keys, self.queue])`) that
+    read a tensor carrying one of `regions` (of any iteration), and that nothing reads later
+    in the function: the object outlives the iteration, and so does the graph it holds."""
+    out = []
+    for stmt in ast.walk(facts.tree):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+                and _carries(facts, stmt.value, regions) and not _read_after(facts, stmt.targets[0], stmt):
+            out.append(stmt)
+    return sorted(out, key=lambda n: (n.lineno, n.col_offset))
+
+
+def attribute_reentries(facts: Facts, regions: frozenset) -> list:
+    """For each attribute a statement assigns a value carrying one of `regions` (`self.h = cell(x,
+    self.h)`, `out, self.hidden = self.rnn(x, self.hidden)`): the reads of it, as a tensor,
+    before that statement in its function, where the previous call's value comes back."""
+    out = []
+    for stmt in ast.walk(facts.tree):
+        if not (isinstance(stmt, ast.Assign) and _carries(facts, stmt.value, regions)):
+            continue
+        for target in [n for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
+                       and isinstance(n.ctx, ast.Store)]:
+            text = facts.text(target, 200)
+            scope = _function_of(facts, stmt) or facts.tree
+            rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
+            reads = [n for n in ast.walk(scope) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                     and (before(n, stmt) or id(n) in rhs) and facts.text(n, 200) == text
+                     and (t := facts.values.get(id(n))) is not None and t.rg is not False]
+            if reads:
+                out.append(sorted(reads, key=lambda n: (n.lineno, n.col_offset)))
+    return out
+
+
+def _carries(facts: Facts, expr, regions: frozenset) -> bool:
+    """Whether `expr` reads a tensor carrying one of `regions` (of any iteration)."""
+    sites = {r[:-1] for r in regions}
+    return any(t is not None and sites & {r[:-1] for r in t.regions}
+               for t in (facts.values.get(id(n)) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))))
+
+
+def _read_after(facts: Facts, target: ast.Attribute, stmt: ast.stmt) -> bool:
+    text = facts.text(target, 200)
+    scope = _function_of(facts, stmt) or facts.tree
+    end = (stmt.end_lineno, stmt.end_col_offset)
+    return any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and (n.lineno, n.col_offset) >= end
+               and facts.text(n, 200) == text for n in ast.walk(scope))
 
 
 def initial_value(facts: Facts, name: str, loop: ast.AST) -> ast.AST | None:
@@ -224,21 +275,54 @@ def _two_losses(facts, b, firsts):
 
 
 def _built_before_loop(facts, b, loop, outside):
+    return ranked([*_rebuilt(facts, b, loop, outside),
+                   Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
+
+
+def _rebuilt(facts, b, loop, outside) -> list:
+    """For values built before `loop` from `outside` regions: build them under no_grad when
+    nothing trains through them, rebuild them in every iteration when an optimizer stepped
+    in the loop trains the modules that made them."""
+    function = _function_of(facts, loop)
     stmts = []
     for region in sorted(outside, key=lambda r: (r.node.lineno, r.node.col_offset)):
-        s = statement_of(facts, region.node)
-        if s not in stmts and not any(s in ast.walk(t) for t in stmts):
+        s = _statement_in(facts, region, function)
+        if s is not None and s not in stmts and not any(s in ast.walk(t) for t in stmts):
             stmts.append(s)
+    if not stmts:
+        return []
     still_has_graph = any(loop in facts.regions[r].loops and facts.regions[r].certain
                           for r in b.regions if r in facts.regions)
+    modules = {m for r in outside for m in r.modules}
+    trained = any(("params", m) in s.objs for s in facts.steps.values() if loop in _loops_of(facts, s.node)
+                  for m in modules)
     what = facts.text(stmts[0], 40)
-    if still_has_graph:
-        first = Fix(f"Compute `{what}` under `torch.no_grad()` (it gets no gradient)",
-                    tuple(edit(facts, "no_grad", s) for s in stmts))
-    else:
-        first = Fix(f"Recompute `{what}` in every iteration",
-                    tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts))
-    return ranked([first, Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
+    no_grad = Fix(f"Compute `{what}` under `torch.no_grad()` (it gets no gradient)",
+                  tuple(edit(facts, "no_grad", s) for s in stmts)) if still_has_graph else None
+    move = Fix(f"Recompute `{what}` in every iteration",
+               tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts))
+    return [move, no_grad] if trained or no_grad is None else [no_grad, move]
+
+
+def _statement_in(facts: Facts, region, function) -> ast.stmt | None:
+    """The statement of `function` that builds `region`: its own, or the call leading to it."""
+    if _function_of(facts, region.node) is function:
+        return statement_of(facts, region.node)
+    ids = {id(n): n for n in ast.walk(function if function is not None else facts.tree) if isinstance(n, ast.Call)}
+    for call_id in region.id[0] if isinstance(region.id[0], tuple) else ():
+        call = ids.get(call_id)
+        if call is not None and _function_of(facts, call) is function:
+            return statement_of(facts, call)
+    return None
+
+
+def _loops_of(facts: Facts, node) -> list:
+    out = []
+    while node is not None:
+        node = facts.parents.get(node)
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            out.append(node)
+    return out
 
 
 def _carried_from_previous_iteration(facts, b, loop):
@@ -263,6 +347,11 @@ def _carried_from_previous_iteration(facts, b, loop):
     for container, value in stored_in_containers(facts, loop, b.freed_hit)[:1]:
         fixes.append(Fix(f"Store `{facts.text(value)}` in `{facts.text(container)}` detached",
                          (edit(facts, "detach", value),)))
+    for stmt in stored_on_attributes(facts, b.freed_hit)[:2]:
+        fixes.append(Fix(f"Store `{facts.text(stmt.targets[0])}` detached", (edit(facts, "detach", stmt.value),)))
+    for reads in attribute_reentries(facts, b.freed_hit)[:1]:
+        fixes.append(Fix(f"Detach `{facts.text(reads[0])}` where the previous value comes back",
+                         tuple(edit(facts, "detach", r) for r in reads)))
     fixes.append(Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),)))
     return ranked(fixes)
 
@@ -285,16 +374,46 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
                                  (edit(facts, "move_after", stmt, target=target),)))
         elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                and n.func.attr.endswith("_")
-                                               and n.func.attr not in K.NO_OUT_OF_PLACE):
+                                               and n.func.attr not in K.NO_OUT_OF_PLACE
+                                               and (_whole_statement(facts, n) or _unobserved(facts, n))):
             fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),), applicability="safe"))
         elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
             fixes.append(Fix(f"Modify a copy: `{n.value.id} = {n.value.id}.clone()` first",
                              (edit(facts, "clone_before", stmt, n.value.id),), applicability="safe"))
+    loop = b.loops[-1] if b.loops else None
+    outside = [facts.regions[r] for r in b.dirty_hit if loop is not None and loop not in facts.regions[r].loops]
+    if outside:  # built before the loop, changed by an iteration's step, needed again by the next one
+        fixes += _rebuilt(facts, b, loop, outside)
     cuts = cut_points(facts, b.regions, b.dirty_hit, b.regions, _function_of(facts, b.node))
     if cuts:
         fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
                          tuple(edit(facts, "detach", c) for c in cuts)))
     return ranked(fixes)
+
+
+def _whole_statement(facts: Facts, call: ast.Call) -> bool:
+    stmt = facts.parents.get(call)
+    return isinstance(stmt, ast.Expr) and stmt.value is call
+
+
+def _unobserved(facts: Facts, call: ast.Call) -> bool:
+    """Whether the tensor an in-place call inside an expression modifies (`code = h.sigmoid_()`,
+    `std.mul_(eps).add_(mu)`) is seen by no one else, so the out-of-place call computes the
+    same: a temporary, or a local name that is neither read after the statement nor carried
+    to the next iteration of a loop."""
+    receiver = call.func.value
+    if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript)):
+        return True
+    if not isinstance(receiver, ast.Name):
+        return False
+    stmt = statement_of(facts, call)
+    scope = _function_of(facts, call) or facts.tree
+    end = (stmt.end_lineno, stmt.end_col_offset)
+    if any(isinstance(n, ast.Name) and n.id == receiver.id and (n.lineno, n.col_offset) >= end
+           for n in ast.walk(scope)):
+        return False
+    return not any(receiver.id in loop_carried_names(loop) for loop in _loops_of(facts, call)
+                   if _function_of(facts, loop) is _function_of(facts, call))
 
 
 def _statement_reaching(facts: Facts, b: Backward, function) -> ast.stmt | None:
@@ -317,14 +436,28 @@ def _is_step(node) -> bool:
 
 # ----------------------------------------------------------------- GG004
 def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
-    """Undo what cut the graph: a `.detach()`, a no_grad block or decorator, a freeze.  A
-    cut by a non-differentiable op (argmax, a comparison) has no mechanical fix."""
+    """Undo what cut the graph: a `.detach()`, a no_grad block or decorator, a freeze; an
+    argmax whose index the loss uses as a number becomes a soft-argmax, every one on the
+    path at once.  Other non-differentiable ops (a comparison, an integer cast) have no
+    mechanical fix."""
     fixes = []
-    for cut in sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset)):
+    cuts = sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset))
+    argmaxes = [c for c in cuts if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr in ("argmax", "argmin")]
+    if argmaxes:
+        fixes.append(Fix("Use a differentiable soft-argmax (the expected index under a softmax) for "
+                         + ", ".join(f"`{facts.text(c, 40)}`" for c in argmaxes[:2])
+                         + (" ..." if len(argmaxes) > 2 else ""),
+                         tuple(edit(facts, "soft_argmax", c) for c in argmaxes)))
+    for cut in cuts:
         if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach" \
                 or isinstance(cut, ast.Attribute) and cut.attr == "data":
             fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on line {cut.lineno}",
                              (edit(facts, "remove_detach", cut),)))
+        elif isinstance(cut, ast.Call) and _last_name(cut.func) == "set_grad_enabled" \
+                and isinstance(facts.parents.get(cut), ast.Expr):
+            fixes.append(Fix(f"Record gradients: remove `{facts.text(cut)}` on line {cut.lineno}",
+                             (edit(facts, "delete", facts.parents[cut]),)))
         elif isinstance(cut, (ast.With, ast.AsyncWith)) and len(cut.items) == 1:
             fixes.append(Fix(f"Compute it with gradients: take it out of the `no_grad` block on line {cut.lineno}",
                              (edit(facts, "unwrap", cut),)))
@@ -340,7 +473,92 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                 target = parent
             fixes.append(Fix(f"Keep the parameters trainable: remove `{facts.text(target, 40)}`",
                              (edit(facts, "delete", target),)))
+    for wrap, items in rewrapped_items(facts, b)[:1]:
+        if items == [wrap.args[0]]:
+            fixes.append(Fix(f"Keep the graph: use `{facts.text(items[0].func.value, 30)}` itself, not a new tensor "
+                             "of its `.item()`", (edit(facts, "unwrap_item", wrap),)))
+        else:
+            fixes.append(Fix(f"Keep the losses as tensors: `torch.stack` them instead of `{facts.text(wrap, 30)}` "
+                             "of their `.item()`",
+                             (edit(facts, "stack", wrap), *(edit(facts, "remove_item", i) for i in items))))
+    leaves = trainable_leaves(facts, b)
+    if leaves:  # all of them: the optimizer is meant to train each one
+        fixes.append(Fix("Make " + ", ".join(f"`{name}`" for name, _ in leaves[:3]) + (" ..." if len(leaves) > 3 else "")
+                         + " require grad where made: `.requires_grad_()`",
+                         tuple(edit(facts, "requires_grad_after", stmt, name) for name, stmt in leaves)))
     return ranked(fixes)
+
+
+def rewrapped_items(facts: Facts, b: Backward) -> list:
+    """(`torch.tensor(xs)`, the `.item()` calls that gave xs its numbers) in the backward's
+    function: numbers taken out of the graph and put back in a new tensor without one."""
+    scope = _function_of(facts, b.node) or facts.tree
+    out = []
+    for call in ast.walk(scope):
+        if not (isinstance(call, ast.Call) and _last_name(call.func) in ("tensor", "as_tensor", "Tensor", "FloatTensor")
+                and isinstance(call.func, ast.Attribute) and len(call.args) == 1 and not call.keywords):
+            continue
+        arg = call.args[0]
+        if _is_item(arg):  # torch.tensor(loss.item()): the loss itself
+            out.append((call, [arg]))
+            continue
+        if isinstance(arg, (ast.List, ast.Tuple)):
+            items = list(arg.elts)
+        elif isinstance(arg, ast.Name):
+            items = [c.args[0] for c in ast.walk(scope) if isinstance(c, ast.Call) and len(c.args) == 1
+                     and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
+                     and isinstance(c.func.value, ast.Name) and c.func.value.id == arg.id and before(c, call)]
+        else:
+            continue
+        if items and all(_is_item(i) for i in items):
+            out.append((call, items))
+    return out
+
+
+def _is_item(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item" \
+        and not node.args and not node.keywords
+
+
+def trainable_leaves(facts: Facts, b: Backward) -> list:
+    """(name, its last assignment before use) of the tensors made without requires_grad that
+    the program means to train: it gives them to an optimizer or reads their `.grad`."""
+    uses = []
+    for n in ast.walk(facts.tree):
+        if isinstance(n, ast.Call) and n.args and _last_name(n.func) in K.OPTIMIZERS:
+            uses += _elements(facts, n.args[0])
+        elif isinstance(n, ast.Attribute) and n.attr == "grad" and isinstance(n.value, ast.Name) \
+                and isinstance(n.ctx, ast.Load):
+            uses.append(n.value)
+    out = []
+    for use in sorted(uses, key=lambda n: (n.lineno, n.col_offset)):
+        t = facts.values.get(id(use))
+        if t is None or t.rg is not False or t.leaf is not True or any(use.id == name for name, _ in out):
+            continue
+        scope = _function_of(facts, use) or facts.tree
+        assigns = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, use)
+                   and any(isinstance(x, ast.Name) and x.id == use.id for x in a.targets)
+                   and _function_of(facts, a) is _function_of(facts, use)]
+        if assigns:
+            out.append((use.id, max(assigns, key=lambda a: (a.lineno, a.col_offset))))
+    return out
+
+
+def _last_name(func) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _elements(facts: Facts, node) -> list:
+    """The names in a list or tuple literal, or in the one a name was last given before `node`."""
+    if isinstance(node, ast.Name):
+        scope = _function_of(facts, node) or facts.tree
+        lists = [a.value for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, node)
+                 and isinstance(a.value, (ast.List, ast.Tuple))
+                 and any(isinstance(x, ast.Name) and x.id == node.id for x in a.targets)]
+        node = max(lists, key=lambda v: (v.lineno, v.col_offset)) if lists else node
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e for e in node.elts if isinstance(e, ast.Name)]
+    return []
 
 
 # ----------------------------------------------------------------- other rules

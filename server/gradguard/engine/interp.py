@@ -149,6 +149,7 @@ class Interpreter(Expressions, TorchSemantics):
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
         self.caller_unknown = False
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
+        self.grad_off_call = None  # the last plain `torch.set_grad_enabled(False)` call: where a graph was cut
         self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
         self.statement = None  # the statement being executed
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)

@@ -131,7 +131,8 @@ class TorchSemantics:
                 cut |= t.cut
                 live |= t.rg is not False
         if live:
-            cut |= {self.no_grad_sites[-1] if st.grad is False and self.no_grad_sites else node}
+            site = self.no_grad_sites[-1] if self.no_grad_sites else self.grad_off_call
+            cut |= {site if st.grad is False and site is not None else node}
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
@@ -272,7 +273,8 @@ class TorchSemantics:
         for t, v in tensors:
             known = not any(isinstance(a, Unknown) for a in v)
             out = replace(out, regions=out.regions | t.regions, freed=out.freed | t.freed, dirty=out.dirty | t.dirty,
-                          objs=out.objs | t.objs, sure=out.sure | (t.sure if known else frozenset()))
+                          objs=out.objs | t.objs, cut=out.cut | t.cut,
+                          sure=out.sure | (t.sure if known else frozenset()))
         return frozenset({out})
 
     def view_of(self, v, node, st):
@@ -659,6 +661,7 @@ class TorchSemantics:
         if dotted in K.SET_GRAD_ENABLED:
             flag = self.truth_of(args[0]) if args else None
             st.grad = flag
+            self.grad_off_call = node if flag is False else None
             return frozenset({GradMode(flag)})
         if last in ("autocast",):
             return frozenset({GradMode("keep")})
