@@ -113,3 +113,50 @@ async def test_fixes_change_only_what_they_must(client: LanguageClient):
         if problem:
             continue  # reported by the test above
         assert changed_outside(before, after, targeted) == [], (case["id"], title)
+
+
+TWO_FIXES = """\
+import torch
+import torch.nn as nn
+
+net = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(2):
+    y = net(torch.randn(2, 4))
+    y += 1
+    loss = y.sum()
+    loss.backward()
+    total = loss
+    total.backward()
+"""
+
+
+@pytest.mark.parametrize("unsafe, applied, fixed", [
+    (False, 1, ["    y = y + 1\n"]),
+    (True, 2, ["    y = y + 1\n", "    loss.backward(retain_graph=True)\n"]),
+])
+async def test_fix_all_command_applies_the_fixes_through_the_editor(client: LanguageClient, unsafe, applied, fixed):
+    """`gradguard.applyFixAll` (an editor's "fix all in this file") sends the fixes back as a
+    workspace/applyEdit, safe ones only unless asked, and says how many it made."""
+    uri = f"file:///tmp/gradguard-fixall/two_fixes_{unsafe}.py"
+    received = []
+
+    @client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams):
+        received.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=3, text=TWO_FIXES)))
+    while uri not in client.diagnostics:
+        await asyncio.wait_for(client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS), 30)
+    stale = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="gradguard.applyFixAll", arguments=[{"uri": uri, "version": 2}]))
+    assert stale == {"applied": 0, "reason": "the document changed since the command was given"} and not received
+    answer = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="gradguard.applyFixAll", arguments=[{"uri": uri, "version": 3, "unsafe": unsafe}]))
+    assert answer == {"applied": applied}
+    [edit] = received
+    text = apply_edits(TWO_FIXES, workspace_edits(edit, uri))
+    changed = [line for line in text.splitlines(keepends=True) if line not in TWO_FIXES.splitlines(keepends=True)]
+    assert changed == fixed

@@ -313,7 +313,7 @@ def editor_run(vsix, tools, tmp_path_factory):
             "userData": str(data), "barePython": str(bare / "bin" / "python"),
             "fixTitle": _preferred_fix_title(WORKSPACE / "train.py"), "fixedText": FIXED,
             "rnnFixTitle": _preferred_fix_title(RNN_EXAMPLE), "rnnFixedText": RNN_FIXED,
-            "untitledText": UNTITLED, "timeoutMs": 60_000,
+            "untitledText": UNTITLED, "fixAllText": "y.sigmoid()", "timeoutMs": 60_000,
         }
         print(f"e2e config: {json.dumps(config)}")
         driver_env = {**env, "NODE_PATH": tools["node_path"]}
@@ -374,6 +374,15 @@ def test_vscode_commands(editor_run):
     assert result.get("ok") or "restart-server" in result.get("steps", {}), report
     assert result["texts"]["ruleDocumentation"] == "GG002 saved-tensor-modified-inplace", report
     assert "starting (GradGuard: Restart Server)" in logs["exthost"], report
+
+
+def test_vscode_fix_all_in_this_file(editor_run):
+    """GradGuard: Fix All in This File, from the Command Palette: the server's edit, saved."""
+    result, workspace, logs, _ = editor_run
+    report = _report(result, logs)
+    assert "fix-all" in result.get("steps", {}), report
+    fixed = (workspace / "fixall.py").read_text()
+    assert fixed == (WORKSPACE / "fixall.py").read_text().replace("y.sigmoid_()", "y = y.sigmoid()"), report
 
 
 def test_vscode_trace_server_setting_traces_the_protocol(editor_run):

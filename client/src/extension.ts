@@ -9,6 +9,7 @@ import * as os from "node:os";
 import * as vscode from "vscode";
 import {
     DidChangeConfigurationNotification,
+    ExecuteCommandRequest,
     LanguageClient,
     type LanguageClientOptions,
     type ServerOptions,
@@ -62,6 +63,8 @@ class GradGuard {
             pyproject.onDidChange(onPyproject), pyproject.onDidCreate(onPyproject), pyproject.onDidDelete(onPyproject),
             vscode.commands.registerCommand("gradguard.restart", () => this.restart("GradGuard: Restart Server")),
             vscode.commands.registerCommand("gradguard.showLogs", () => this.log.show()),
+            vscode.commands.registerCommand("gradguard.fixAll", () => this.fixAll(false)),
+            vscode.commands.registerCommand("gradguard.fixAllUnsafe", () => this.fixAll(true)),
             vscode.commands.registerCommand("gradguard.showRuleDocumentation",
                 (code?: unknown) => this.showRuleDocumentation(typeof code === "string" ? code : undefined)),
             vscode.workspace.registerTextDocumentContentProvider(RULE_SCHEME, {
@@ -351,6 +354,29 @@ class GradGuard {
             .find((d) => d.source === "gradguard" && d.range.contains(editor.selection.active));
         const code = here?.code;
         return typeof code === "object" ? String(code.value) : code !== undefined ? String(code) : undefined;
+    }
+
+    /** Apply every confirmed fix of the active file (safe ones, or all): the server computes the
+     *  edit and sends it back as workspace/applyEdit (`gradguard.applyFixAll`). */
+    private async fixAll(unsafe: boolean): Promise<void> {
+        const document = vscode.window.activeTextEditor?.document;
+        if (!document || !this.client) {
+            void vscode.window.showWarningMessage(
+                `GradGuard: ${document ? "the server is not running" : "no file is open"}: nothing to fix`);
+            return;
+        }
+        try {
+            const answer = await this.client.sendRequest(ExecuteCommandRequest.type, {
+                command: "gradguard.applyFixAll",
+                arguments: [{ uri: this.client.code2ProtocolConverter.asUri(document.uri), version: document.version, unsafe }],
+            }) as { applied?: number; reason?: string } | null;
+            const applied = answer?.applied ?? 0;
+            void vscode.window.setStatusBarMessage(
+                applied ? `GradGuard: ${applied} fix${applied === 1 ? "" : "es"} applied` : `GradGuard: ${answer?.reason ?? "nothing fixed"}`,
+                5000);
+        } catch (error) {
+            void vscode.window.showErrorMessage(`GradGuard: fix all failed: ${error instanceof Error ? error.message : String(error)}`);
+        }
     }
 
     private async showRuleDocumentation(code?: string): Promise<void> {

@@ -225,6 +225,17 @@ try {
     }, "the restart in GradGuard's log");
     await mark("restart-server");
 
+    // ---------------------------------------------------------------- fix all in this file
+    await openFromExplorer("fixall.py");
+    await waitFor(async () => (await problemsRows()).some((t) => t.includes("GG002")), "fixall.py's GG002 row");
+    await runCommand("GradGuard: Fix All in This File");
+    await waitFor(async () => (await editorOf("fixall.py").locator(".view-lines").innerText()).includes(cfg.fixAllText),
+        `the fix "${cfg.fixAllText}" in the editor`);
+    await page.keyboard.press("Control+S");
+    await waitFor(async () => !(await page.locator(".tab.active.dirty").count()), "the save");
+    await page.keyboard.press("Control+W");
+    await mark("fix-all");
+
     // ---------------------------------------------------------------- an untitled document
     await runCommand("File: New Untitled Text File");
     await page.locator(".tabs-container .tab.active", { hasText: "Untitled" }).waitFor();

@@ -21,6 +21,7 @@ from gradguard.suppress import noqa_edit
 
 
 FIX_ALL = "source.fixAll.gradguard"  # for `editor.codeActionsOnSave`, as ruff's `source.fixAll.ruff`
+FIX_ALL_COMMAND = "gradguard.applyFixAll"  # workspace/executeCommand: an editor's "fix all in this file"
 
 
 def _wanted(kind: str, only) -> bool:
@@ -101,14 +102,21 @@ def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:
 
 
 def fix_all_action(doc: TextDocument, config) -> types.CodeAction | None:
-    """Every safe fix the engine confirms, applied one at a time (`gradguard check --fix`), as
-    one edit of the whole document; None when there is nothing to fix, or for a notebook cell
-    (only part of what is analysed)."""
+    """`source.fixAll.gradguard`: every safe fix, as `fix_all_edit` makes them."""
+    made = fix_all_edit(doc, config)
+    return None if made is None else types.CodeAction(title=f"GradGuard: fix all ({made[1]} safe)", kind=FIX_ALL,
+                                                      edit=made[0])
+
+
+def fix_all_edit(doc: TextDocument, config, unsafe: bool = False) -> tuple[types.WorkspaceEdit, int] | None:
+    """Every safe fix the engine confirms (unsafe ones too if `unsafe`), applied one at a time
+    (`gradguard check --fix`), as one edit of the whole document, and how many fixes it makes;
+    None when there is nothing to fix, or for a notebook cell (only part of what is analysed)."""
     if doc.uri.startswith("vscode-notebook-cell"):
         return None
     source = doc.source
     try:
-        fixed, titles = verify.fix_all(source, doc.path or doc.uri, config)
+        fixed, titles = verify.fix_all(source, doc.path or doc.uri, config, unsafe=unsafe)
     except ImportError:  # no libcst in this interpreter: the server already says how to install it
         return None
     if not titles:
@@ -119,8 +127,7 @@ def fix_all_action(doc: TextDocument, config) -> types.CodeAction | None:
     else:
         end = doc.position_codec.position_to_client_units(lines, ServerTextPosition(len(lines) - 1, len(lines[-1])))
     edit = types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end), new_text=fixed)
-    return types.CodeAction(title=f"GradGuard: fix all ({len(titles)} safe)", kind=FIX_ALL,
-                            edit=workspace_edit(doc, [edit]))
+    return workspace_edit(doc, [edit]), len(titles)
 
 
 def suppress_action(doc: TextDocument, diag: types.Diagnostic) -> types.CodeAction | None:

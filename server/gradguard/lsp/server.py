@@ -228,6 +228,29 @@ def code_action_resolve(ls: GradGuardServer, action: types.CodeAction):
     return actions.resolve(ls.workspace.get_text_document(data["uri"]), action)
 
 
+@server.command(actions.FIX_ALL_COMMAND)
+async def apply_fix_all(ls: GradGuardServer, target=None):
+    """An editor's "fix all in this file": `{"uri", "version", "unsafe"}`.  The fixes
+    `source.fixAll.gradguard` would make (unsafe ones too if asked) are sent back as a
+    `workspace/applyEdit`; the answer says how many were applied, or why none was."""
+    target = target if isinstance(target, dict) else {}
+    uri = target.get("uri")
+    if uri not in ls.workspace.text_documents:
+        return {"applied": 0, "reason": f"{uri} is not open"}
+    doc = ls.workspace.get_text_document(uri)
+    if target.get("version") is not None and target["version"] != doc.version:
+        return {"applied": 0, "reason": "the document changed since the command was given"}
+    config, _ = ls.analyses.config_for(doc.path)
+    made = actions.fix_all_edit(doc, config, unsafe=bool(target.get("unsafe")))
+    if made is None:
+        return {"applied": 0, "reason": "nothing to fix"}
+    edit, count = made
+    result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="GradGuard: fix all"))
+    if not result.applied:
+        return {"applied": 0, "reason": result.failure_reason or "the editor refused the edit"}
+    return {"applied": count}
+
+
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 async def on_hover(ls: GradGuardServer, params: types.HoverParams):
     uri = params.text_document.uri

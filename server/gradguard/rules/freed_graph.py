@@ -54,7 +54,12 @@ class FreedGraph(Rule):
     Unsafe: every fix changes which gradients flow or what memory is held. `.detach()` and
     `torch.no_grad()` stop gradients reaching what they cut; `retain_graph=True` keeps the
     graph in memory (and is offered only when no `optimizer.step()` would break it, or
-    together with moving that step after the second backward). Each offered fix has been
+    together with moving that step after the second backward). Where a value lives across
+    iterations the fix detaches it where it crosses: at the top of the iteration, where it
+    is stored on an object (`self.queue = torch.cat([keys, ...]).detach()`) or in a
+    container, or where the previous value comes back (`self.rnn(x, self.hidden.detach())`).
+    A value built before the loop is rebuilt in every iteration when an optimizer in the loop
+    trains what built it, else built under `torch.no_grad()`. Each offered fix has been
     applied and analysed again: its error is gone and no other appeared.
     """
 

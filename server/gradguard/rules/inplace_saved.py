@@ -44,9 +44,11 @@ class InplaceSaved(Rule):
 
     ## Fix safety
     Safe: the out-of-place op, `inplace=False` and `.clone()` compute the same values, only
-    without overwriting the saved tensor (they use a little more memory). Unsafe: moving
-    `optimizer.step()` (the second loss then sees the old weights) and `.detach()` (no
-    gradient through the cut).
+    without overwriting the saved tensor (they use a little more memory); inside an
+    expression (`code = h.sigmoid_()`) the out-of-place op is offered only when nothing
+    else reads the tensor it would have changed. Unsafe: moving `optimizer.step()` (the
+    second loss then sees the old weights), rebuilding a value made before the loop in
+    every iteration, and `.detach()` (no gradient through the cut).
     """
 
     code = "GG002"

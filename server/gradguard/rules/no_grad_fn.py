@@ -39,9 +39,14 @@ class NoGradFn(Rule):
     ```
 
     ## Fix safety
-    Unsafe: removing a `.detach()`, a `no_grad` block or a `requires_grad_(False)` makes
-    gradients flow where the code had stopped them, and may bring back errors in the graph
-    it reconnects (fixed next, one at a time).
+    Unsafe: every fix makes gradients flow where the code had stopped them, and may bring
+    back errors in the graph it reconnects (fixed next, one at a time). The fixes, each
+    offered only where it applies: remove the `.detach()`, the `no_grad` block or
+    decorator, the `torch.set_grad_enabled(False)` or the `requires_grad_(False)` that cut
+    the graph; replace an `argmax`/`argmin` whose index the loss uses as a number by a
+    soft-argmax (the loss then sees expected indices); keep losses as tensors
+    (`torch.stack(losses)`, not `torch.tensor([l.item() for ...])`); call
+    `.requires_grad_()` on hand-made weights given to an optimizer.
     """
 
     code = "GG004"
