@@ -33,7 +33,7 @@ SUFFIXES = (".py", ".ipynb")
 # Directories a walk passes over; one named on the command line is still checked.
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox",
                        ".mypy_cache", ".pytest_cache", "node_modules", "site-packages",
-                       ".ipynb_checkpoints"})
+                       ".ipynb_checkpoints", ".gradguard_cache", ".ruff_cache"})
 # Cell magics whose body is Python: the body is checked, the magic line is not.
 PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture")
 
@@ -84,11 +84,12 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
     return result
 
 
-def check_file(path: str | os.PathLike, config: Config) -> Checked:
-    """Read, decode and check one `.py` file (any other name is read as Python) or `.ipynb` notebook."""
+def check_file(path: str | os.PathLike, config: Config, data: bytes | None = None) -> Checked:
+    """Read (unless its bytes are given), decode and check one `.py` file (any other name is
+    read as Python) or `.ipynb` notebook."""
     name = str(path)
     try:
-        data = Path(path).read_bytes()
+        data = Path(path).read_bytes() if data is None else data
     except OSError as exc:
         return Checked(name, error=f"{name}: cannot read: {exc.strerror or exc}")
     if name.endswith(".ipynb"):

@@ -13,6 +13,13 @@ from functools import cached_property
 from gradguard.spans import Positions
 
 
+
+def position(node) -> tuple:
+    """Where a node is, as a sort key that never ties two nodes of one tree (a call and the
+    call it starts with share their start): the ids in sets of nodes and regions differ
+    from run to run, so every choice among them is made in this order."""
+    return node.lineno, node.col_offset, node.end_lineno or 0, node.end_col_offset or 0
+
 @dataclass
 class Region:
     """A part of an autograd graph: the nodes one expression created."""

@@ -21,7 +21,7 @@ import ast
 from dataclasses import replace
 
 from gradguard import knowledge as K
-from gradguard.facts import Backward, Facts
+from gradguard.facts import Backward, Facts, position
 from gradguard.findings import Edit, Fix
 
 DETACHABLE = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
@@ -113,7 +113,7 @@ def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
                 and _carries(facts, stmt.value, regions) and not _read_after(facts, stmt.targets[0], stmt):
             out.append(stmt)
-    return sorted(out, key=lambda n: (n.lineno, n.col_offset))
+    return sorted(out, key=position)
 
 
 def attribute_reentries(facts: Facts, regions: frozenset) -> list:
@@ -133,7 +133,7 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
                      and (before(n, stmt) or id(n) in rhs) and facts.text(n, 200) == text
                      and (t := facts.values.get(id(n))) is not None and t.rg is not False]
             if reads:
-                out.append(sorted(reads, key=lambda n: (n.lineno, n.col_offset)))
+                out.append(sorted(reads, key=position))
     return out
 
 
@@ -194,7 +194,7 @@ def cut_points(facts: Facts, ops, through: frozenset, within: frozenset, functio
         downstream = any(other_rid in carried for other_rid, _, _ in found if other_rid != rid)
         if not downstream and all(arg is not k for k in kept):
             kept.append(arg)
-    return sorted(kept, key=lambda n: (n.lineno, n.col_offset))
+    return sorted(kept, key=position)
 
 
 def recurrences(facts: Facts, ops, hit: frozenset) -> list[ast.AST]:
@@ -208,7 +208,7 @@ def recurrences(facts: Facts, ops, hit: frozenset) -> list[ast.AST]:
         for arg, carried in region.args:
             if isinstance(arg, DETACHABLE) and rid in carried and carried & hit:
                 found.append(arg)
-    return sorted(set(found), key=lambda n: (n.lineno, n.col_offset))
+    return sorted(set(found), key=position)
 
 
 def steps_between(facts: Facts, first: ast.AST, second: ast.AST, function) -> list:
@@ -238,7 +238,7 @@ def freed_graph(facts: Facts, b: Backward, freeing: list) -> tuple[Fix, ...]:
 
 
 def _two_losses(facts, b, firsts):
-    first = max(firsts, key=lambda n: (n.lineno, n.col_offset))
+    first = max(firsts, key=position)
     fb = backward_fact(facts, first)
     shared = b.freed_hit
     fixes = []
@@ -285,7 +285,7 @@ def _rebuilt(facts, b, loop, outside) -> list:
     in the loop trains the modules that made them."""
     function = _function_of(facts, loop)
     stmts = []
-    for region in sorted(outside, key=lambda r: (r.node.lineno, r.node.col_offset)):
+    for region in sorted(outside, key=lambda r: position(r.node)):
         s = _statement_in(facts, region, function)
         if s is not None and s not in stmts and not any(s in ast.walk(t) for t in stmts):
             stmts.append(s)
@@ -441,7 +441,7 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
     path at once.  Other non-differentiable ops (a comparison, an integer cast) have no
     mechanical fix."""
     fixes = []
-    cuts = sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset))
+    cuts = sorted(b.cuts, key=position)
     argmaxes = [c for c in cuts if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
                 and c.func.attr in ("argmax", "argmin")]
     if argmaxes:
@@ -531,7 +531,7 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
                 and isinstance(n.ctx, ast.Load):
             uses.append(n.value)
     out = []
-    for use in sorted(uses, key=lambda n: (n.lineno, n.col_offset)):
+    for use in sorted(uses, key=position):
         t = facts.values.get(id(use))
         if t is None or t.rg is not False or t.leaf is not True or any(use.id == name for name, _ in out):
             continue
@@ -540,7 +540,7 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
                    and any(isinstance(x, ast.Name) and x.id == use.id for x in a.targets)
                    and _function_of(facts, a) is _function_of(facts, use)]
         if assigns:
-            out.append((use.id, max(assigns, key=lambda a: (a.lineno, a.col_offset))))
+            out.append((use.id, max(assigns, key=position)))
     return out
 
 
@@ -555,7 +555,7 @@ def _elements(facts: Facts, node) -> list:
         lists = [a.value for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, node)
                  and isinstance(a.value, (ast.List, ast.Tuple))
                  and any(isinstance(x, ast.Name) and x.id == node.id for x in a.targets)]
-        node = max(lists, key=lambda v: (v.lineno, v.col_offset)) if lists else node
+        node = max(lists, key=position) if lists else node
     if isinstance(node, (ast.List, ast.Tuple)):
         return [e for e in node.elts if isinstance(e, ast.Name)]
     return []
@@ -596,7 +596,7 @@ def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
                                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
     if not assigns:
         return ()
-    last = max(assigns, key=lambda n: (n.lineno, n.col_offset))
+    last = max(assigns, key=position)
     return ranked([Fix(f"Call `{name}.retain_grad()` after it is computed", (edit(facts, "retain_grad", last, name),),
                        applicability="safe")])
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from gradguard.engine.values import DIRTY, FREED
-from gradguard.facts import Facts
+from gradguard.facts import Facts, position
 from gradguard.findings import Finding, Span
 from gradguard.rules import rule_by_code
 
@@ -82,7 +82,7 @@ def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
 
 def _regions_text(facts: Facts, regions, limit: int = 3) -> str:
     nodes = {facts.regions[r].node for r in regions if r in facts.regions and facts.regions[r].saves}
-    saving = sorted(nodes, key=lambda n: (n.lineno, n.col_offset))  # one entry per op, whatever the iteration
+    saving = sorted(nodes, key=position)  # one entry per op, whatever the iteration
     shown = ", ".join(f"`{facts.text(n, 40)}` (line {n.lineno})" for n in saving[:limit])
     more = f" and {len(saving) - limit} more" if len(saving) > limit else ""
     return shown + more

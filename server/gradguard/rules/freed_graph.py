@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gradguard import fixes
-from gradguard.facts import Facts
+from gradguard.facts import Facts, position
 from gradguard.findings import Related
 from gradguard.rules.base import Rule
 
@@ -126,9 +126,9 @@ for step in range(3):
         for b in facts.backwards.values():
             if not b.freed_hit:
                 continue
-            first = min((facts.regions[r] for r in b.freed_hit), key=lambda r: (r.node.lineno, r.node.col_offset))
+            first = min((facts.regions[r] for r in b.freed_hit), key=lambda r: position(r.node))
             freeing = sorted({n for r in b.freed_hit for n in facts.freed_by.get(r, ())},
-                             key=lambda n: (n.lineno, n.col_offset))
+                             key=position)
             others = [n for n in freeing if n is not b.node]
             root = facts.text(b.root) if b.root is not None else "this value"
             made = f"`{facts.text(first.node)}`"

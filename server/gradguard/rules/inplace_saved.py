@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from gradguard import fixes
-from gradguard.facts import Facts
+from gradguard.facts import Facts, position
 from gradguard.findings import Related
 from gradguard.rules.base import Rule
 
@@ -98,11 +98,11 @@ opt_d.step()
         for b in facts.backwards.values():
             if not b.dirty_hit or b.freed_hit:
                 continue
-            regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: r.node.lineno)
+            regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node))
             first = regions[0]
             # (a call may be its own changer: a Sequential whose in-place layer overwrites what the one before saved)
             changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())},
-                              key=lambda n: (n.lineno, n.col_offset))
+                              key=position)
             names = first.modified or first.saved_names  # what was changed since, when known
             saved = ", ".join(sorted(n if n != "result" else "its output" for n in names)) or "a tensor"
             what = ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in changers[:2]) or "an in-place op"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from gradguard import fixes
-from gradguard.facts import Facts
+from gradguard.facts import Facts, position
 from gradguard.findings import Related
 from gradguard.rules.base import Rule
 
@@ -83,7 +83,7 @@ y.backward()  # error
             if not b.no_grad_fn:
                 continue
             root = facts.text(b.root) if b.root is not None else "this value"
-            cuts = sorted(b.cuts, key=lambda n: (n.lineno, n.col_offset))
+            cuts = sorted(b.cuts, key=position)
             why = ("its graph is cut at " + ", ".join(f"`{_describe(facts, c)}` (line {c.lineno})" for c in cuts[:3])
                    if cuts else "nothing on its path requires grad")
             message = (f"`{root}` does not require grad ({why}): this raises 'element 0 of tensors does not "
