@@ -716,7 +716,12 @@ def _stack(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
 
 
-def _retain_graph(doc: _Doc, e: Edit):
+def _keyword_true(keyword: str):
+    """`keyword=True` in the call at the edit's span (`retain_graph`, `create_graph`)."""
+    return lambda doc, e: _set_true(doc, e, keyword)
+
+
+def _set_true(doc: _Doc, e: Edit, keyword: str):
     found = _expression(doc, e.span, ast.Call)
     if found is None:
         return None
@@ -725,15 +730,15 @@ def _retain_graph(doc: _Doc, e: Edit):
         return None
     true = cst.Name("True")
     args = list(call.args)
-    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "retain_graph"), None)
+    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
     positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
-    slot = _retain_slot(doc, path[-1])
+    slot = _flag_slot(doc, path[-1], keyword)
     if k is None and slot is not None and len(positional) > slot:
         k = positional[slot]
     if k is not None:
         args[k] = args[k].with_changes(value=true)
     else:
-        new = cst.Arg(value=true, keyword=cst.Name("retain_graph"),
+        new = cst.Arg(value=true, keyword=cst.Name(keyword),
                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                             whitespace_after=cst.SimpleWhitespace("")))
         space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -772,14 +777,16 @@ def _inplace_false(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(call.with_changes(args=args))), _region(doc, path))]
 
 
-def _retain_slot(doc: _Doc, call: ast.Call) -> int | None:
-    """Which positional argument is retain_graph: `t.backward(g, True)`, `torch.autograd.grad(o, i, g, True)`."""
+def _flag_slot(doc: _Doc, call: ast.Call, keyword: str) -> int | None:
+    """Which positional argument is the flag: `t.backward(g, True)` (retain_graph),
+    `torch.autograd.grad(o, i, g, True, True)` (retain_graph, create_graph)."""
     f = call.func
     if not isinstance(f, ast.Attribute):
         return None
     owner = doc.segment(Span(*doc.span(f.value)))
     autograd = owner == "autograd" or owner.endswith(".autograd")
-    return {("grad", True): 3, ("backward", True): 2, ("backward", False): 1}.get((f.attr, autograd))
+    first = {("grad", True): 3, ("backward", True): 2, ("backward", False): 1}.get((f.attr, autograd))
+    return None if first is None else first + (keyword == "create_graph")
 
 
 def _out_of_place(doc: _Doc, e: Edit):
@@ -920,7 +927,8 @@ def _parses(doc: _Doc, source: str, reps: list[Replacement], regions: list) -> b
 _HANDLERS = {
     "detach": _method("detach"),
     "item": _method("item"),
-    "retain_graph": _retain_graph,
+    "retain_graph": _keyword_true("retain_graph"),
+    "create_graph": _keyword_true("create_graph"),
     "inplace_false": _inplace_false,
     "out_of_place": _out_of_place,
     "detach_before": _insert("{name} = {name}.detach()", after=False),

@@ -131,7 +131,8 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
             rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
             reads = [n for n in ast.walk(scope) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
                      and (before(n, stmt) or id(n) in rhs) and facts.text(n, 200) == text
-                     and (t := facts.values.get(id(n))) is not None and t.rg is not False]
+                     and (t := facts.values.get(id(n))) is not None and t.rg is not False
+                     and not _may_be_none(facts, n)]
             if reads:
                 out.append(sorted(reads, key=position))
     return out
@@ -197,6 +198,43 @@ def cut_points(facts: Facts, ops, through: frozenset, within: frozenset, functio
     return sorted(kept, key=position)
 
 
+def _may_be_none(facts: Facts, read: ast.expr) -> bool:
+    """Whether the value read may be None (`.detach()` would fail on it): the engine saw None
+    there, and no earlier `if X is None: X = ...` of the same function replaced it."""
+    if id(read) not in facts.maybe_none:
+        return False
+    text = facts.text(read, 200)
+    for guard in ast.walk(_function_of(facts, read) or facts.tree):
+        if isinstance(guard, ast.If) and before(guard, read) and read not in set(ast.walk(guard)) \
+                and isinstance(guard.test, ast.Compare) and len(guard.test.ops) == 1 \
+                and isinstance(guard.test.ops[0], ast.Is) and facts.text(guard.test.left, 200) == text \
+                and isinstance(guard.test.comparators[0], ast.Constant) and guard.test.comparators[0].value is None \
+                and any(isinstance(a, ast.Assign) and any(facts.text(t, 200) == text for t in a.targets)
+                        for a in guard.body):
+            return False
+    return True
+
+
+def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset, within: frozenset) -> list:
+    """Names passed to a call (`D_A(fake_A)`) between the first backward and `b`, in `b`'s
+    function, that bring in only the first loss's graph, some of it shared: where the second
+    loss can take them detached."""
+    function = _function_of(facts, b.node)
+    shared, within = {r[:-1] for r in shared}, {r[:-1] for r in within}  # sites: any iteration's
+    out = []
+    for call in ast.walk(function or facts.tree):
+        if not (isinstance(call, ast.Call) and before(first, call) and before(call, b.node)
+                and _function_of(facts, call) is function):
+            continue
+        for arg in call.args:
+            t = facts.values.get(id(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+            sites = {r[:-1] for r in t.regions} if t is not None else set()
+            if t is not None and t.rg is True and sites & shared and sites <= within \
+                    and not _may_be_none(facts, arg) and facts.text(arg) not in facts.grad_inputs:
+                out.append(arg)
+    return sorted(out, key=position)
+
+
 def recurrences(facts: Facts, ops, hit: frozenset) -> list[ast.AST]:
     """Arguments through which a value from the previous iteration re-enters an op that
     made it (`h = cell(x, h)`, `self.mem = beta * self.mem + x`)."""
@@ -206,7 +244,7 @@ def recurrences(facts: Facts, ops, hit: frozenset) -> list[ast.AST]:
         if region is None:
             continue
         for arg, carried in region.args:
-            if isinstance(arg, DETACHABLE) and rid in carried and carried & hit:
+            if isinstance(arg, DETACHABLE) and rid in carried and carried & hit and not _may_be_none(facts, arg):
                 found.append(arg)
     return sorted(set(found), key=position)
 
@@ -265,6 +303,12 @@ def _two_losses(facts, b, firsts):
         fixes = [detach, keep]
     else:
         fixes = [keep, detach]
+    if fb is not None:  # or this loss takes the shared part detached (`D(fake.detach())` in a GAN's D step)
+        here = cut_points(facts, b.regions - fb.regions, shared, fb.regions, _function_of(facts, b.node)) \
+            or _consumed_after(facts, first, b, shared, fb.regions)
+        if here:
+            fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in here) + " in this loss",
+                             tuple(edit(facts, "detach", c) for c in here)))
     if stepped:  # keep the graph, and change the weights it saved only once both backwards ran
         here = statement_of(facts, b.node)
         moves = tuple(edit(facts, "move_after", statement_of(facts, s.node), target=here) for s in stepped)
@@ -300,8 +344,21 @@ def _rebuilt(facts, b, loop, outside) -> list:
     no_grad = Fix(f"Compute `{what}` under `torch.no_grad()` (it gets no gradient)",
                   tuple(edit(facts, "no_grad", s) for s in stmts)) if still_has_graph else None
     move = Fix(f"Recompute `{what}` in every iteration",
-               tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts))
+               tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts)) \
+        if all(_movable(facts, s, loop) for s in stmts) else None
     return [move, no_grad] if trained or no_grad is None else [no_grad, move]
+
+
+def _movable(facts: Facts, stmt: ast.stmt, loop: ast.AST) -> bool:
+    """Whether `stmt` can move to the top of `loop`'s body: nothing between them reads what
+    it assigns (`losses = [...]` before `for loss in losses:` cannot move into that loop)."""
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return False
+    names = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+             for n in ast.walk(t) if isinstance(n, ast.Name)}
+    end, body = (stmt.end_lineno, stmt.end_col_offset), position(loop.body[0])[:2]
+    return not any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
+                   and end <= (n.lineno, n.col_offset) < body for n in ast.walk(_function_of(facts, loop) or facts.tree))
 
 
 def _statement_in(facts: Facts, region, function) -> ast.stmt | None:
@@ -454,6 +511,12 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                 or isinstance(cut, ast.Attribute) and cut.attr == "data":
             fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on line {cut.lineno}",
                              (edit(facts, "remove_detach", cut),)))
+        elif _is_autograd_grad(facts, cut):  # and every other derivative taken there: PINN residuals chain them
+            calls = [c for c in ast.walk(_function_of(facts, cut) or facts.tree) if _is_autograd_grad(facts, c)
+                     and _function_of(facts, c) is _function_of(facts, cut)
+                     and not any(k.arg == "create_graph" for k in c.keywords)]
+            fixes.append(Fix(f"Differentiate the gradients of line {cut.lineno}: `create_graph=True`",
+                             tuple(edit(facts, "create_graph", c) for c in sorted(set(calls) | {cut}, key=position))))
         elif isinstance(cut, ast.Call) and _last_name(cut.func) == "set_grad_enabled" \
                 and isinstance(facts.parents.get(cut), ast.Expr):
             fixes.append(Fix(f"Record gradients: remove `{facts.text(cut)}` on line {cut.lineno}",
@@ -474,7 +537,10 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Keep the parameters trainable: remove `{facts.text(target, 40)}`",
                              (edit(facts, "delete", target),)))
     for wrap, items in rewrapped_items(facts, b)[:1]:
-        if items == [wrap.args[0]]:
+        if not items:
+            fixes.append(Fix(f"Keep the graph: `torch.stack` the tensors instead of copying them with "
+                             f"`{facts.text(wrap, 30)}`", (edit(facts, "stack", wrap),)))
+        elif items == [wrap.args[0]]:
             fixes.append(Fix(f"Keep the graph: use `{facts.text(items[0].func.value, 30)}` itself, not a new tensor "
                              "of its `.item()`", (edit(facts, "unwrap_item", wrap),)))
         else:
@@ -491,7 +557,8 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
 
 def rewrapped_items(facts: Facts, b: Backward) -> list:
     """(`torch.tensor(xs)`, the `.item()` calls that gave xs its numbers) in the backward's
-    function: numbers taken out of the graph and put back in a new tensor without one."""
+    function: numbers taken out of the graph and put back in a new tensor without one; no
+    calls when xs holds the tensors themselves (`torch.tensor` copies their values only)."""
     scope = _function_of(facts, b.node) or facts.tree
     out = []
     for call in ast.walk(scope):
@@ -508,11 +575,26 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
             items = [c.args[0] for c in ast.walk(scope) if isinstance(c, ast.Call) and len(c.args) == 1
                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
                      and isinstance(c.func.value, ast.Name) and c.func.value.id == arg.id and before(c, call)]
+        elif isinstance(arg, ast.ListComp):
+            items = [arg.elt]
         else:
             continue
         if items and all(_is_item(i) for i in items):
             out.append((call, items))
+        elif items and all(_reads_graph(facts, i) for i in items):  # torch.tensor([l1, w * l2]): copies, no graph
+            out.append((call, []))
     return out
+
+
+def _reads_graph(facts: Facts, expr) -> bool:
+    """Whether `expr` reads a tensor that may require grad (and calls no `.item()`)."""
+    nodes = list(ast.walk(expr))
+    return not any(_is_item(n) for n in nodes) and any(
+        (t := facts.values.get(id(n))) is not None and t.rg is not False for n in nodes)
+
+
+def _is_autograd_grad(facts: Facts, node) -> bool:
+    return isinstance(node, ast.Call) and _last_name(node.func) == "grad" and "autograd" in facts.text(node.func)
 
 
 def _is_item(node) -> bool:

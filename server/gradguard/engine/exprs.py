@@ -49,10 +49,13 @@ class Expressions:
         return self.seen(node, self.lookup(node.id, st))
 
     def seen(self, node, v):
-        """Remember a name's tensor value for hover."""
+        """Remember a name's tensor value for hover and fixes, and whether it may be None
+        instead (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
             self.facts.values[id(node)] = t
+            if any(isinstance(a, Const) and a.value is None for a in v):
+                self.facts.maybe_none.add(id(node))
         return v
 
     def expr_NamedExpr(self, node, st):

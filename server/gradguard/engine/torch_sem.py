@@ -749,7 +749,8 @@ class TorchSemantics:
                                    st, sub=1)
             grads = frozenset({replace(tensor_of(grads), freed=frozenset(), dirty=frozenset())})
         else:
-            grads = self.fresh_tensor(node, st, rg=False, sub=1)  # plain tensors: not a cut graph
+            # plain tensors: where a later backward of them finds its graph cut (create_graph=False)
+            grads = self.fresh_tensor(node, st, rg=False, sub=1, inputs=[outs])
         return self.make_sequence(grads, st, node, nonempty=True)
 
     def call_builtin(self, name, args, kwargs, st, node):
