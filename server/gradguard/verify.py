@@ -56,6 +56,8 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
             continue
         gone = after[target] <= before[target]  # `before` lacks this finding: as many as the others left
         uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
+        if set(fix.kinds) <= RECONNECTING:  # a graph reconnected, then cut again further on: not gone
+            gone = gone and _lines(after)[target[:2]] <= _lines(before)[target[:2]]
         if gone and (uncovers or not after - before):
             out.append(replace(fix, preferred=not out))
     return tuple(out)
@@ -69,6 +71,14 @@ def _key(source: str, finding: Finding) -> tuple:
     def text(line: int) -> str:
         return lines[line - 1].strip() if 0 < line <= len(lines) else ""
     return finding.code, text(finding.span.line), tuple(text(r.span.line) for r in finding.related)
+
+
+def _lines(keys: Counter) -> Counter:
+    """Findings counted by rule and line text only (not by the lines they point to)."""
+    out: Counter = Counter()
+    for key, n in keys.items():
+        out[key[:2]] += n
+    return out
 
 
 def _keys(source: str, findings: list[Finding]) -> Counter:
