@@ -123,7 +123,8 @@ class Facts:
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
     inplace_flags: dict = field(default_factory=dict)  # in-place call -> (call with inplace=True, flag position)
     values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover
-    maybe_none: set = field(default_factory=set)  # ids of those nodes whose value may also be None
+    maybe_none: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value may be None
+    tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
 
     @cached_property
     def parents(self) -> dict:

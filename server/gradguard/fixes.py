@@ -409,8 +409,44 @@ def _carried_from_previous_iteration(facts, b, loop):
     for reads in attribute_reentries(facts, b.freed_hit)[:1]:
         fixes.append(Fix(f"Detach `{facts.text(reads[0])}` where the previous value comes back",
                          tuple(edit(facts, "detach", r) for r in reads)))
+    state = object_state(facts, b.freed_hit, loop)
+    if state:  # truncated backpropagation: the object's state enters each iteration detached
+        fixes.append(Fix("Detach " + ", ".join(f"`{name}`" for name, _ in state) + " at the start of each iteration",
+                         tuple(edit(facts, form, loop.body[0], name) for name, form in state)))
     fixes.append(Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),)))
     return ranked(fixes)
+
+
+def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
+    """(`model.state`, insert kind) for each attribute a method assigns from one of `regions`
+    (`self.state = self.cell(x, self.state)`, a KV cache grown by `torch.cat`), where the
+    loop's own code calls that method on `model`: the object keeps the graph across
+    iterations.  The kind detaches a tensor or each tensor of a tuple, past a None."""
+    function = _function_of(facts, loop)
+    calls = {id(n): n for n in ast.walk(function or facts.tree) if isinstance(n, ast.Call)}
+    out: dict = {}
+    for rid in sorted(regions):
+        region = facts.regions[rid]
+        method = _function_of(facts, region.node)
+        call = next((calls[c] for c in (rid[0] if isinstance(rid[0], tuple) else ()) if c in calls), None)
+        if call is None or method is None or not method.args.args or method.args.args[0].arg != "self":
+            continue
+        owner = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+        if not isinstance(owner, (ast.Name, ast.Attribute)) or _function_of(facts, call) is not function:
+            continue
+        own = statement_of(facts, region.node)
+        stores = [a for a in ast.walk(method) if isinstance(a, ast.Assign) and _function_of(facts, a) is method
+                  and (a is own or _carries(facts, a.value, regions))]
+        for target in [n for a in stores for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
+                       and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)]:
+            reads = [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                     and facts.text(n, 200) == facts.text(target, 200)]
+            shape = "detach_tuple" if any(id(n) in facts.tuples for n in reads) else \
+                "detach" if any(id(n) in facts.values for n in reads) else None
+            if shape is not None:
+                guarded = any(id(n) in facts.maybe_none for n in reads)
+                out.setdefault(f"{facts.text(owner, 200)}.{target.attr}", shape + ("_if" if guarded else "") + "_before")
+    return list(out.items())
 
 
 # ----------------------------------------------------------------- GG002
@@ -434,9 +470,13 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
                                                and n.func.attr not in K.NO_OUT_OF_PLACE
                                                and (_whole_statement(facts, n) or _unobserved(facts, n))):
             fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),), applicability="safe"))
-        elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-            fixes.append(Fix(f"Modify a copy: `{n.value.id} = {n.value.id}.clone()` first",
-                             (edit(facts, "clone_before", stmt, n.value.id),), applicability="safe"))
+        elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)  # `x[i] = v`, `sim.fill_diagonal_(0)`
+              or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+              and n.func.attr.endswith("_")) and _computed_here(facts, n.value if isinstance(n, ast.Subscript)
+                                                                 else n.func.value, stmt):
+            name = (n.value if isinstance(n, ast.Subscript) else n.func.value).id
+            fixes.append(Fix(f"Modify a copy: `{name} = {name}.clone()` first",
+                             (edit(facts, "clone_before", stmt, name),), applicability="safe"))
     loop = b.loops[-1] if b.loops else None
     outside = [facts.regions[r] for r in b.dirty_hit if loop is not None and loop not in facts.regions[r].loops]
     if outside:  # built before the loop, changed by an iteration's step, needed again by the next one
@@ -446,6 +486,19 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
                          tuple(edit(facts, "detach", c) for c in cuts)))
     return ranked(fixes)
+
+
+def _computed_here(facts: Facts, name: ast.Name, stmt: ast.stmt) -> bool:
+    """Whether `name` was last given, before `stmt` in its function, a tensor computed there
+    (`sim = torch.exp(...)`): a copy of it then changes nothing anyone else sees, unlike a
+    loop variable over `model.buffers()` or an argument."""
+    scope = _function_of(facts, stmt)
+    binds = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and n.id == name.id
+             and isinstance(n.ctx, ast.Store) and before(n, stmt) and _function_of(facts, n) is scope]
+    if not binds or (scope is not None and any(a.arg == name.id for a in scope.args.args)):
+        return False
+    last = statement_of(facts, max(binds, key=position))  # `h = f(x)`, or `out, h = model(x, h)`
+    return isinstance(last, ast.Assign) and isinstance(last.value, (ast.Call, ast.BinOp, ast.UnaryOp))
 
 
 def _whole_statement(facts: Facts, call: ast.Call) -> bool:

@@ -49,13 +49,15 @@ class Expressions:
         return self.seen(node, self.lookup(node.id, st))
 
     def seen(self, node, v):
-        """Remember a name's tensor value for hover and fixes, and whether it may be None
-        instead (a fix must not call `.detach()` on it)."""
+        """Remember a name's tensor value for hover and fixes (or that it holds a tuple, as an
+        LSTM state), and whether it is None in some evaluation (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
             self.facts.values[id(node)] = t
-            if any(isinstance(a, Const) and a.value is None for a in v):
-                self.facts.maybe_none.add(id(node))
+        elif any(isinstance(a, Tup) for a in v):
+            self.facts.tuples.add(id(node))
+        if any(isinstance(a, Const) and a.value is None for a in v):  # in this evaluation or another
+            self.facts.maybe_none.add(id(node))
         return v
 
     def expr_NamedExpr(self, node, st):
@@ -185,10 +187,12 @@ class Expressions:
         self.frame.yields = join(self.frame.yields, self.iter_elements(self.eval(node.value, st), st))
         return UNKNOWN
 
-    def comprehension(self, node, st, elt_nodes):
+    def comprehension(self, node, st, elt_nodes, first=None):
+        """The elements' values, one evaluation standing for all (`first`: the first generator's
+        iterable, if already evaluated)."""
         inner = st.copy()
         for gen in node.generators:
-            it = self.eval(gen.iter, inner)
+            it = first if first is not None and gen is node.generators[0] else self.eval(gen.iter, inner)
             self.assign(gen.target, self.iter_elements(it, inner), inner, node, local=True)
             for cond in gen.ifs:
                 self.eval(cond, inner)
@@ -197,8 +201,32 @@ class Expressions:
         return vals
 
     def expr_ListComp(self, node, st):
-        (v,) = self.comprehension(node, st, [node.elt])
+        gen = node.generators[0]
+        plain = len(node.generators) == 1 and not gen.ifs and not gen.is_async
+        it = self.eval(gen.iter, st)
+        exact = self.exact_comprehension(node, it, st) if plain else None
+        if exact is not None:
+            return self.make_sequence(join_all(exact), st, node, nonempty=bool(exact) or None, items=exact)
+        (v,) = self.comprehension(node, st, [node.elt], first=it)
         return self.make_sequence(v, st, node, nonempty=None)
+
+    def exact_comprehension(self, node, it, st, most=6):
+        """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
+        blocks, not one standing for all), when its one plain generator runs over at most `most`
+        known elements (`it`: the generator's iterable); None otherwise."""
+        gen = node.generators[0]
+        items = self.exact_items(it, st)
+        count, counter = self.loop_count(it, st) if items is None else (len(items), None)
+        if count is None or count > most or (items is None and counter is None):
+            return None
+        inner = st.copy()
+        vals = []
+        for i in range(count):
+            elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
+            self.assign(gen.target, elem, inner, node, local=True)
+            vals.append(self.eval(node.elt, inner))
+        st.heap = inner.heap
+        return tuple(vals)
 
     expr_SetComp = expr_ListComp
     expr_GeneratorExp = expr_ListComp
