@@ -698,9 +698,16 @@ def _elements(facts: Facts, node) -> list:
 
 # ----------------------------------------------------------------- other rules
 def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
-    """Wrap the in-place statement, with the flagged statements next to it, in no_grad; a
-    loop whose body is all such statements is wrapped whole (a weight-editing loop)."""
+    """Wrap the in-place statement, with the flagged statements next to it and the in-place
+    changes of the same tensor that follow it (`delta += step; delta.clamp_(-eps, eps)`: torch
+    stops at the first), in no_grad; a loop whose body is all such statements is wrapped
+    whole (a weight-editing loop)."""
     flagged = {statement_of(facts, f.node) for f in facts.inplaces.values() if f.leaf_requires_grad}
+    changed = _inplace_target(statement_of(facts, node))
+    parent = facts.parents.get(statement_of(facts, node))
+    for field in ("body", "orelse", "finalbody"):
+        flagged |= {s for s in getattr(parent, field, None) or () if isinstance(s, ast.stmt) and changed is not None
+                    and _inplace_target(s) is not None and facts.text(_inplace_target(s), 200) == facts.text(changed, 200)}
     run = [statement_of(facts, node)]
     while True:
         parent = facts.parents.get(run[0])
@@ -719,6 +726,17 @@ def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
         run = [parent]
     return ranked([Fix("Wrap it in `with torch.no_grad():`", tuple(edit(facts, "no_grad", s) for s in run),
                        applicability="safe")])
+
+
+def _inplace_target(stmt: ast.stmt) -> ast.expr | None:
+    """The tensor a statement changes in place: `x += y`, `x.clamp_(...)`, else None."""
+    if isinstance(stmt, ast.AugAssign):
+        return stmt.target
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
+            and not call.func.attr.startswith("_"):
+        return call.func.value
+    return None
 
 
 def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:

@@ -45,19 +45,21 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         findings = analyze(source)
     target = _key(source, finding)
     before = _keys(source, findings) - Counter([target])
+    before_all = _keys(source, findings, every=True) - Counter([target])
     out = []
     for fix in finding.fixes:
         text = applied(source, fix)
         if text is None:
             continue
         try:
-            after = _keys(text, analyze(text, deadline=time.monotonic() + SECONDS))
+            found = analyze(text, deadline=time.monotonic() + SECONDS)
         except (SyntaxError, AnalysisTimeout):
             continue
-        gone = after[target] <= before[target]  # `before` lacks this finding: as many as the others left
+        after, after_all = _keys(text, found), _keys(text, found, every=True)
+        gone = after_all[target] <= before_all[target]  # `before` lacks this finding: as many as the others left
         uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
         if set(fix.kinds) <= RECONNECTING:  # a graph reconnected, then cut again further on: not gone
-            gone = gone and _lines(after)[target[:2]] <= _lines(before)[target[:2]]
+            gone = gone and _lines(after_all)[target[:2]] <= _lines(before_all)[target[:2]]
         if gone and (uncovers or not after - before):
             out.append(replace(fix, preferred=not out))
     return tuple(out)
@@ -81,8 +83,10 @@ def _lines(keys: Counter) -> Counter:
     return out
 
 
-def _keys(source: str, findings: list[Finding]) -> Counter:
-    return Counter(_key(source, f) for f in findings if f.predicts)
+def _keys(source: str, findings: list[Finding], every: bool = False) -> Counter:
+    """The predicting findings by key (what a fix must not add), or `every` one (whether the
+    fixed finding, advisory or not, is gone)."""
+    return Counter(_key(source, f) for f in findings if every or f.predicts)
 
 
 def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 20) -> tuple[str, list[str]]:

@@ -303,6 +303,7 @@ class TorchSemantics:
         if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
             self.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
                                                t.objs, self.loops_here(), self.current_function())
+            return target_val  # torch raises here: the tensor stays the leaf it was (no graph, no `.grad` warning)
         elif key in self.facts.inplaces and not self.facts.inplaces[key].leaf_requires_grad:
             del self.facts.inplaces[key]  # a leaf error seen on one real path stays
         sure = t.objs if definite and len(t.objs) == 1 else frozenset()
