@@ -100,8 +100,6 @@ def run_lsp(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from gradguard.api import check_file  # loads the engine: only when checking
-
     missing = [path for path in args.paths if not os.path.lexists(path)]
     if missing:
         raise UsageError(f"gradguard check: error: no such file or directory: {missing[0]}")
@@ -120,14 +118,15 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
 
     found = []  # (result, finding) in output order
-    files = failed = fixed = changed = 0
+    files = failed = 0
+    titles: dict = {}  # path -> the fixes applied (--fix) or shown (--diff)
+
+    def fix(path):
+        if not str(path).endswith(".ipynb"):
+            titles[path] = _fix_file(path, config, args)
+
     internal = False
-    for path, result in _checked(args, config):
-        if (args.fix or args.diff) and not str(path).endswith(".ipynb"):
-            titles = _fix_file(path, config, args)
-            fixed += len(titles)
-            changed += bool(titles)
-            result = check_file(path, config) if titles and args.fix else result
+    for path, result in _checked(args, config, before=fix if args.fix or args.diff else None):
         files += 1
         if result.error:
             print(result.error, file=sys.stderr, flush=True)
@@ -137,6 +136,7 @@ def run_check(args: argparse.Namespace) -> int:
             for finding in result.findings:
                 print(_text(result, finding))
         found.extend((result, finding) for finding in result.findings)
+    fixed, changed = sum(map(len, titles.values())), sum(map(bool, titles.values()))
     if args.format == "json":
         print(json.dumps([_record(result, finding) for result, finding in found], indent=2))
     elif args.diff:
@@ -149,9 +149,10 @@ def run_check(args: argparse.Namespace) -> int:
     return 2 if internal else 1 if found or failed else 0
 
 
-def _checked(args, config) -> Iterator[tuple[Path, Checked]]:
+def _checked(args, config, before=None) -> Iterator[tuple[Path, Checked]]:
     """(path, result) of every file to check, in walk order: from the cache when unchanged,
-    analysed on `--jobs` processes otherwise (one at a time when fixing: fixes rewrite files)."""
+    analysed on `--jobs` processes otherwise.  `before(path)` (the fixes, which rewrite the
+    file) runs just before a file is checked: then one file at a time, and no cache."""
     from concurrent.futures import ProcessPoolExecutor
     from functools import partial
 
@@ -159,12 +160,15 @@ def _checked(args, config) -> Iterator[tuple[Path, Checked]]:
     from gradguard.cache import Cache, check_cached
 
     root = config.source.parent if config.source is not None else Path.cwd()
-    cache = None if args.no_cache or args.fix or args.diff else Cache(root, config)
+    cache = None if args.no_cache or before is not None else Cache(root, config)
     paths = list(iter_python_files(args.paths, config))
     check = partial(check_cached, config=config, cache=cache)
     jobs = min(args.jobs or os.cpu_count() or 1, len(paths))
-    if jobs <= 1 or args.fix or args.diff:
-        yield from ((path, check(path)) for path in paths)
+    if jobs <= 1 or before is not None:
+        for path in paths:
+            if before is not None:
+                before(path)
+            yield path, check(path)
         return
     with ProcessPoolExecutor(jobs) as pool:
         yield from zip(paths, pool.map(check, paths, chunksize=max(1, min(16, len(paths) // (4 * jobs)))))

@@ -125,6 +125,10 @@ class _Doc:
         return "".join([self.lines[sp.line - 1][sp.column:], *self.lines[sp.line:sp.end_line - 1],
                         self.text(sp.end_line)[:sp.end_column]])
 
+    def source(self, node) -> str:
+        """The text of an `ast` node."""
+        return self.segment(Span(*self.span(node)))
+
     @property
     def unit(self) -> str:
         """The file's indentation step, from its first indented block (4 spaces if none)."""
@@ -608,31 +612,42 @@ def _method(name: str):
         if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
             return None
         _, module, expr = found
-        if not (expr.lpar or isinstance(expr, _ATOMS)):
-            expr = expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        new = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name(name)))
+        new = cst.Call(func=cst.Attribute(value=_parenthesized(expr), attr=cst.Name(name)))
         return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
     return handler
 
 
-def _remove_detach(doc: _Doc, e: Edit):
-    """`X.detach()` or `X.data` becomes `X` (with X's own parentheses, so `(a + b).detach() * c`
-    stays `(a + b) * c`)."""
-    found = _expression(doc, e.span, (ast.Call, ast.Attribute))
-    if found is None:
-        return None
-    path, module, expr = found
-    node = path[-1]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+def _without_call(method: str, attribute: str | None = None):
+    """`X.method()` (or `X.attribute`) becomes `X`, with X's own parentheses, so
+    `(a + b).detach() * c` stays `(a + b) * c`."""
+    def handler(doc: _Doc, e: Edit):
+        found = _expression(doc, e.span, (ast.Call, ast.Attribute))
+        if found is None:
+            return None
+        path, module, expr = found
+        node = path[-1]
+        inner = _receiver(node, expr, method)
+        if inner is None and attribute is not None and isinstance(node, ast.Attribute) and node.attr == attribute \
+                and isinstance(node.ctx, ast.Load) and isinstance(expr, cst.Attribute):
+            inner = expr.value
+        return None if inner is None else [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
+    return handler
+
+
+def _receiver(node: ast.expr, expr: cst.BaseExpression, method: str) -> cst.BaseExpression | None:
+    """X, if `node` (`expr` in libcst) is the call `X.method()` without arguments."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method \
             and not node.args and not node.keywords and isinstance(expr, cst.Call) \
             and isinstance(expr.func, cst.Attribute):
-        inner = expr.func.value
-    elif isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load) \
-            and isinstance(expr, cst.Attribute):
-        inner = expr.value
-    else:
-        return None
-    return [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
+        return expr.func.value
+    return None
+
+
+def _parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` in parentheses unless it has them or binds tighter than any operator around it."""
+    if expr.lpar or isinstance(expr, _ATOMS):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _soft_argmax(doc: _Doc, e: Edit):
@@ -648,7 +663,7 @@ def _soft_argmax(doc: _Doc, e: Edit):
         return None
     args = list(call.args)
     if _root(call.func.value) in _modules(doc.tree):  # torch.argmax(x, ...)
-        torch = doc.segment(Span(*doc.span(call.func.value)))
+        torch = doc.source(call.func.value)
         if not args:
             return None
         x = args.pop(0)
@@ -666,44 +681,27 @@ def _soft_argmax(doc: _Doc, e: Edit):
     keep = keepdim is not None and not (isinstance(keepdim, ast.Constant) and keepdim.value is False)
     if keep and (dim is None or not isinstance(keepdim, ast.Constant)):
         return None
-
-    def text(n):
-        return doc.segment(Span(*doc.span(n)))
-    xs = text(x)
+    xs = doc.source(x)
     sign = "-" if call.func.attr == "argmin" else ""
     index = f"dtype={xs}.dtype, device={xs}.device"
     if dim is None:
         new = f"({torch}.softmax({sign}{xs}.flatten(), 0) * {torch}.arange({xs}.numel(), {index})).sum()"
     else:
-        d = text(dim)
+        d = doc.source(dim)
         new = (f"({torch}.softmax({sign}{xs}.movedim({d}, -1), -1) * {torch}.arange({xs}.shape[{d}], {index}))"
                f".sum(-1)" + (f".unsqueeze({d})" if keep else ""))
     return [(Replacement(e.span, new), _region(doc, path))]
 
 
-def _remove_item(doc: _Doc, e: Edit):
-    """`X.item()` becomes `X`."""
-    found = _expression(doc, e.span, ast.Call)
-    if found is None or not (isinstance(found[2], cst.Call) and isinstance(found[2].func, cst.Attribute)
-                             and found[2].func.attr.value == "item" and not found[2].args):
-        return None
-    path, module, call = found
-    return [(Replacement(e.span, module.code_for_node(call.func.value)), _region(doc, path))]
-
-
 def _unwrap_item(doc: _Doc, e: Edit):
     """`torch.tensor(X.item())` becomes `X` (parenthesized unless an atom)."""
     found = _expression(doc, e.span, ast.Call)
-    if found is None or not (isinstance(found[2], cst.Call) and len(found[2].args) == 1):
+    if found is None or not (isinstance(found[2], cst.Call) and len(found[2].args) == 1 and len(found[0][-1].args) == 1):
         return None
     path, module, call = found
-    item = call.args[0].value
-    if not (isinstance(item, cst.Call) and isinstance(item.func, cst.Attribute) and item.func.attr.value == "item"):
-        return None
-    inner = item.func.value
-    if not (inner.lpar or isinstance(inner, _ATOMS)):
-        inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return [(Replacement(e.span, module.code_for_node(inner)), _region(doc, path))]
+    inner = _receiver(path[-1].args[0], call.args[0].value, "item")
+    return None if inner is None else [(Replacement(e.span, module.code_for_node(_parenthesized(inner))),
+                                        _region(doc, path))]
 
 
 def _stack(doc: _Doc, e: Edit):
@@ -783,7 +781,7 @@ def _flag_slot(doc: _Doc, call: ast.Call, keyword: str) -> int | None:
     f = call.func
     if not isinstance(f, ast.Attribute):
         return None
-    owner = doc.segment(Span(*doc.span(f.value)))
+    owner = doc.source(f.value)
     autograd = owner == "autograd" or owner.endswith(".autograd")
     first = {("grad", True): 3, ("backward", True): 2, ("backward", False): 1}.get((f.attr, autograd))
     return None if first is None else first + (keyword == "create_graph")
@@ -944,8 +942,8 @@ _HANDLERS = {
     "zero_grad": _insert("{name}.zero_grad()", after=False),
     "move_into_loop": _move,
     "move_after": _move,
-    "remove_detach": _remove_detach,
-    "remove_item": _remove_item,
+    "remove_detach": _without_call("detach", attribute="data"),
+    "remove_item": _without_call("item"),
     "stack": _stack,
     "unwrap_item": _unwrap_item,
     "soft_argmax": _soft_argmax,

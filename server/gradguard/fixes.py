@@ -89,17 +89,22 @@ def _loads(node) -> set:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def _sites(regions) -> set:
+    """Region ids less their instance number: the same op, in any iteration."""
+    return {r[:-1] for r in regions}
+
+
 def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> list:
     """(container, value) of `bank.append(value)` calls in the loop whose value carries one of
     `regions` (of any iteration): a memory bank that keeps last iteration's graph."""
-    sites = {r[:-1] for r in regions}
+    sites = _sites(regions)
     out = []
     for call in ast.walk(loop):
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args \
                 and call.func.attr in ("append", "appendleft", "insert", "add"):
             value = call.args[-1]
             t = facts.values.get(id(value))
-            if t is not None and sites & {r[:-1] for r in t.regions}:
+            if t is not None and sites & _sites(t.regions):
                 out.append((call.func.value, value))
     return out
 
@@ -126,13 +131,10 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
             continue
         for target in [n for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
                        and isinstance(n.ctx, ast.Store)]:
-            text = facts.text(target, 200)
-            scope = _function_of(facts, stmt) or facts.tree
             rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
-            reads = [n for n in ast.walk(scope) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
-                     and (before(n, stmt) or id(n) in rhs) and facts.text(n, 200) == text
-                     and (t := facts.values.get(id(n))) is not None and t.rg is not False
-                     and not _may_be_none(facts, n)]
+            reads = [n for n in _reads_of(facts, facts.text(target, 200), _function_of(facts, stmt))
+                     if (before(n, stmt) or id(n) in rhs) and (t := facts.values.get(id(n))) is not None
+                     and t.rg is not False and not _may_be_none(facts, n)]
             if reads:
                 out.append(sorted(reads, key=position))
     return out
@@ -140,17 +142,26 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
 
 def _carries(facts: Facts, expr, regions: frozenset) -> bool:
     """Whether `expr` reads a tensor carrying one of `regions` (of any iteration)."""
-    sites = {r[:-1] for r in regions}
-    return any(t is not None and sites & {r[:-1] for r in t.regions}
+    sites = _sites(regions)
+    return any(t is not None and sites & _sites(t.regions)
                for t in (facts.values.get(id(n)) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))))
 
 
 def _read_after(facts: Facts, target: ast.Attribute, stmt: ast.stmt) -> bool:
-    text = facts.text(target, 200)
-    scope = _function_of(facts, stmt) or facts.tree
-    end = (stmt.end_lineno, stmt.end_col_offset)
-    return any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and (n.lineno, n.col_offset) >= end
-               and facts.text(n, 200) == text for n in ast.walk(scope))
+    return bool(_reads_of(facts, facts.text(target, 200), _function_of(facts, stmt), start=_end(stmt)))
+
+
+def _reads_of(facts: Facts, text: str, function, start: tuple = (0, 0), end: tuple | None = None) -> list:
+    """The loads of the name or attribute written `text` in `function` (the module if None),
+    from `start` up to `end` (line, column)."""
+    return [n for n in ast.walk(function if function is not None else facts.tree)
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+            and start <= (n.lineno, n.col_offset) and (end is None or (n.lineno, n.col_offset) < end)
+            and (n.id if isinstance(n, ast.Name) else facts.text(n, 200)) == text]
+
+
+def _end(node) -> tuple:
+    return node.end_lineno, node.end_col_offset
 
 
 def initial_value(facts: Facts, name: str, loop: ast.AST) -> ast.AST | None:
@@ -220,7 +231,7 @@ def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset
     function, that bring in only the first loss's graph, some of it shared: where the second
     loss can take them detached."""
     function = _function_of(facts, b.node)
-    shared, within = {r[:-1] for r in shared}, {r[:-1] for r in within}  # sites: any iteration's
+    shared, within = _sites(shared), _sites(within)
     out = []
     for call in ast.walk(function or facts.tree):
         if not (isinstance(call, ast.Call) and before(first, call) and before(call, b.node)
@@ -228,7 +239,7 @@ def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset
             continue
         for arg in call.args:
             t = facts.values.get(id(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
-            sites = {r[:-1] for r in t.regions} if t is not None else set()
+            sites = _sites(t.regions) if t is not None else set()
             if t is not None and t.rg is True and sites & shared and sites <= within \
                     and not _may_be_none(facts, arg) and facts.text(arg) not in facts.grad_inputs:
                 out.append(arg)
@@ -356,21 +367,28 @@ def _movable(facts: Facts, stmt: ast.stmt, loop: ast.AST) -> bool:
         return False
     names = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
              for n in ast.walk(t) if isinstance(n, ast.Name)}
-    end, body = (stmt.end_lineno, stmt.end_col_offset), position(loop.body[0])[:2]
-    return not any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
-                   and end <= (n.lineno, n.col_offset) < body for n in ast.walk(_function_of(facts, loop) or facts.tree))
+    return not any(_reads_of(facts, name, _function_of(facts, loop), start=_end(stmt), end=position(loop.body[0])[:2])
+                   for name in names)
 
 
 def _statement_in(facts: Facts, region, function) -> ast.stmt | None:
     """The statement of `function` that builds `region`: its own, or the call leading to it."""
     if _function_of(facts, region.node) is function:
         return statement_of(facts, region.node)
-    ids = {id(n): n for n in ast.walk(function if function is not None else facts.tree) if isinstance(n, ast.Call)}
-    for call_id in region.id[0] if isinstance(region.id[0], tuple) else ():
-        call = ids.get(call_id)
-        if call is not None and _function_of(facts, call) is function:
-            return statement_of(facts, call)
-    return None
+    call = _call_in(facts, _call_chain(region.id), function)
+    return statement_of(facts, call) if call is not None else None
+
+
+def _call_chain(key: tuple) -> tuple:
+    """The ids of the calls an engine key (of a region, a backward) was made under, outermost first."""
+    return key[0] if key and isinstance(key[0], tuple) else ()
+
+
+def _call_in(facts: Facts, chain: tuple, function) -> ast.Call | None:
+    """The call of `chain` written in `function` itself: where its code leads to what a
+    callee did."""
+    calls = {id(n): n for n in ast.walk(function if function is not None else facts.tree) if isinstance(n, ast.Call)}
+    return next((calls[c] for c in chain if c in calls and _function_of(facts, calls[c]) is function), None)
 
 
 def _loops_of(facts: Facts, node) -> list:
@@ -423,24 +441,22 @@ def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
     loop's own code calls that method on `model`: the object keeps the graph across
     iterations.  The kind detaches a tensor or each tensor of a tuple, past a None."""
     function = _function_of(facts, loop)
-    calls = {id(n): n for n in ast.walk(function or facts.tree) if isinstance(n, ast.Call)}
     out: dict = {}
     for rid in sorted(regions):
         region = facts.regions[rid]
         method = _function_of(facts, region.node)
-        call = next((calls[c] for c in (rid[0] if isinstance(rid[0], tuple) else ()) if c in calls), None)
+        call = _call_in(facts, _call_chain(rid), function)
         if call is None or method is None or not method.args.args or method.args.args[0].arg != "self":
             continue
         owner = call.func.value if isinstance(call.func, ast.Attribute) else call.func
-        if not isinstance(owner, (ast.Name, ast.Attribute)) or _function_of(facts, call) is not function:
+        if not isinstance(owner, (ast.Name, ast.Attribute)):
             continue
         own = statement_of(facts, region.node)
         stores = [a for a in ast.walk(method) if isinstance(a, ast.Assign) and _function_of(facts, a) is method
                   and (a is own or _carries(facts, a.value, regions))]
         for target in [n for a in stores for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
                        and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)]:
-            reads = [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
-                     and facts.text(n, 200) == facts.text(target, 200)]
+            reads = _reads_of(facts, facts.text(target, 200), method)
             shape = "detach_tuple" if any(id(n) in facts.tuples for n in reads) else \
                 "detach" if any(id(n) in facts.values for n in reads) else None
             if shape is not None:
@@ -516,11 +532,7 @@ def _unobserved(facts: Facts, call: ast.Call) -> bool:
         return True
     if not isinstance(receiver, ast.Name):
         return False
-    stmt = statement_of(facts, call)
-    scope = _function_of(facts, call) or facts.tree
-    end = (stmt.end_lineno, stmt.end_col_offset)
-    if any(isinstance(n, ast.Name) and n.id == receiver.id and (n.lineno, n.col_offset) >= end
-           for n in ast.walk(scope)):
+    if _reads_of(facts, receiver.id, _function_of(facts, call), start=_end(statement_of(facts, call))):
         return False
     return not any(receiver.id in loop_carried_names(loop) for loop in _loops_of(facts, call)
                    if _function_of(facts, loop) is _function_of(facts, call))
@@ -530,13 +542,10 @@ def _statement_reaching(facts: Facts, b: Backward, function) -> ast.stmt | None:
     """The statement of `function` that runs the backward `b` (it, or a call leading to it)."""
     if _function_of(facts, b.node) is function:
         return statement_of(facts, b.node)
-    ids = {id(n): n for n in ast.walk(facts.tree) if isinstance(n, ast.Call)}
     for key, fact in facts.backwards.items():
-        if fact is b:
-            for call_id in key[0]:
-                call = ids.get(call_id)
-                if call is not None and _function_of(facts, call) is function:
-                    return statement_of(facts, call)
+        call = _call_in(facts, _call_chain(key), function) if fact is b else None
+        if call is not None:
+            return statement_of(facts, call)
     return None
 
 
@@ -703,12 +712,12 @@ def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
     stops at the first), in no_grad; a loop whose body is all such statements is wrapped
     whole (a weight-editing loop)."""
     flagged = {statement_of(facts, f.node) for f in facts.inplaces.values() if f.leaf_requires_grad}
-    changed = _inplace_target(statement_of(facts, node))
-    parent = facts.parents.get(statement_of(facts, node))
-    for field in ("body", "orelse", "finalbody"):
-        flagged |= {s for s in getattr(parent, field, None) or () if isinstance(s, ast.stmt) and changed is not None
-                    and _inplace_target(s) is not None and facts.text(_inplace_target(s), 200) == facts.text(changed, 200)}
     run = [statement_of(facts, node)]
+    changed = _inplace_target(run[0])
+    if changed is not None:
+        parent, text = facts.parents.get(run[0]), facts.text(changed, 200)
+        flagged |= {s for field in ("body", "orelse", "finalbody") for s in getattr(parent, field, None) or ()
+                    if isinstance(s, ast.stmt) and (t := _inplace_target(s)) is not None and facts.text(t, 200) == text}
     while True:
         parent = facts.parents.get(run[0])
         body = next((seq for field in ("body", "orelse", "finalbody")
