@@ -357,6 +357,35 @@ def test_soft_argmax_refuses_what_it_would_repeat():
         assert replacements(src, Fix("t", (Edit("soft_argmax", at(src, text)),))) == []
 
 
+@pytest.mark.parametrize("before, text, name, after", [
+    ("m = (p > 0.5).float()\n", "(p > 0.5).float()", "prob", "m = p\n"),
+    ("m = (0.5 >= p).float() * w\n", "(0.5 >= p).float()", "prob", "m = (1 - p) * w\n"),
+    ("m = (z > 0).half()\n", "(z > 0).half()", "logit", "m = z.sigmoid()\n"),
+    ("m = (z < -1.0).float()\n", "(z < -1.0).float()", "logit", "m = (-1.0 - z).sigmoid()\n"),
+    ("n = (a + b > 2).sum()\n", "a + b > 2", "logit", "n = ((a + b - 2).sigmoid()).sum()\n"),
+])
+def test_soft_threshold(before, text, name, after):
+    assert fixed(before, Edit("soft_compare", at(before, text), name)) == after
+
+
+@pytest.mark.parametrize("before, compare, argmax, name, after", [
+    ("e = (x.argmax(dim=1) != y).float().mean()\n", "(x.argmax(dim=1) != y).float()", "x.argmax(dim=1)", "",
+     "e = (1 - x.softmax(1).gather(1, y.unsqueeze(1)).squeeze(1)).mean()\n"),
+    ("p = torch.argmax(f(x), 1)\nfor c in range(3):\n    m = (p == c).float()\n", "(p == c).float()",
+     "torch.argmax(f(x), 1)", "p",
+     "p = torch.argmax(f(x), 1)\nfor c in range(3):\n    m = f(x).softmax(1).select(1, c)\n"),
+])
+def test_soft_class_match(before, compare, argmax, name, after):
+    src = "import torch\n" + before
+    assert fixed(src, Edit("soft_compare", at(src, compare), name, at(src, argmax))) == "import torch\n" + after
+
+
+def test_soft_compare_leaves_what_is_not_a_number_comparison():
+    src = "import torch\nm = (p > q).float()\nk = (x.argmax() == y).float()\n"
+    for text, target in (("(p > q).float()", None), ("(x.argmax() == y).float()", at(src, "x.argmax()"))):
+        assert replacements(src, Fix("t", (Edit("soft_compare", at(src, text), "prob", target),))) == []
+
+
 def test_items_back_into_tensors():
     src = "for x in xs:\n    ls.append(crit(m(x)).item())  # one\nloss = torch.tensor(ls).mean()\n"
     out = fixed(src, Edit("stack", at(src, "torch.tensor(ls)")), Edit("remove_item", at(src, "crit(m(x)).item()")))

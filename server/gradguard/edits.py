@@ -693,6 +693,85 @@ def _soft_argmax(doc: _Doc, e: Edit):
     return [(Replacement(e.span, new), _region(doc, path))]
 
 
+_MIRROR = {ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Lt: ast.Gt, ast.LtE: ast.GtE}
+
+
+def _soft_compare(doc: _Doc, e: Edit):
+    """A comparison used as a number (`(c).float()`, or `c` itself in arithmetic) becomes a
+    probability.  A threshold (`target` None): `p > t` becomes `p` when `name` is "prob" (a
+    sigmoid's output), the logit's `(z - t).sigmoid()` otherwise, `<` their complement.  An
+    argmax (`target` is the argmax call, `name` the variable given its result, if any):
+    `pred == y` becomes softmax(x)'s probability of class `y` (`!=`: one minus it)."""
+    path = _path(doc, e.span, ast.expr)
+    if path is None:
+        return None
+    node = path[-1]
+    compare = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else node
+    if not isinstance(compare, ast.Compare) or len(compare.ops) != 1:
+        return None
+    op, left, right = compare.ops[0], compare.left, compare.comparators[0]
+    if e.target is None:
+        if _literal(left) is not None:
+            left, right, op = right, left, _MIRROR.get(type(op), type(op))()
+        greater, t = isinstance(op, (ast.Gt, ast.GtE)), _literal(right)
+        p = doc.source(left) if isinstance(left, _ATOMS_AST) else f"({doc.source(left)})"
+        if t is None or not isinstance(op, tuple(_MIRROR)):
+            return None
+        if e.name == "prob":
+            new = p if greater else f"(1 - {p})"
+        elif t == 0:
+            new = f"{p}.sigmoid()" if greater else f"(-{p}).sigmoid()"
+        else:
+            a, b = (doc.source(left), doc.source(right)) if greater else (doc.source(right), doc.source(left))
+            new = f"({a} - {b}).sigmoid()"
+    else:
+        found = _path(doc, e.target, ast.Call)
+        argmax = found[-1] if found else None
+        if argmax is None or not isinstance(argmax.func, ast.Attribute) or not isinstance(op, (ast.Eq, ast.NotEq)):
+            return None
+        args, kw = list(argmax.args), {k.arg: k.value for k in argmax.keywords}
+        x = args.pop(0) if _root(argmax.func.value) in _modules(doc.tree) and args else argmax.func.value
+        dim = kw.pop("dim", args.pop(0) if args else None)
+        ours = [s for s in (left, right) if s is argmax or isinstance(s, ast.Name) and s.id == e.name]
+        if dim is None or args or kw or len(ours) != 1:
+            return None
+        y = right if ours[0] is left else left
+        xs, d, ys = doc.source(x), doc.source(dim), doc.source(y)
+        xs = xs if isinstance(x, _ATOMS_AST) else f"({xs})"
+        if _integer(doc, y):
+            prob = f"{xs}.softmax({d}).select({d}, {ys})"
+        else:
+            ys = ys if isinstance(y, _ATOMS_AST) else f"({ys})"
+            prob = f"{xs}.softmax({d}).gather({d}, {ys}.unsqueeze({d})).squeeze({d})"
+        new = prob if isinstance(op, ast.Eq) else f"(1 - {prob})"
+    return [(Replacement(e.span, new), _region(doc, path))]
+
+
+_ATOMS_AST = (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant)
+
+
+def _literal(node):
+    """The number a literal (`0.5`, `-1`) is, else None."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        sign, node = (-1 if isinstance(node.op, ast.USub) else 1), node.operand
+    ok = isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    return sign * node.value if ok else None
+
+
+def _integer(doc: _Doc, y: ast.expr) -> bool:
+    """Whether `y` is a plain int: a literal, or a name the file only binds as a `range` loop
+    variable (a class index), not a tensor of labels."""
+    if isinstance(_literal(y), int):
+        return True
+    if not isinstance(y, ast.Name):
+        return False
+    binds = [n for n in ast.walk(doc.tree) if isinstance(n, ast.Name) and n.id == y.id and isinstance(n.ctx, ast.Store)]
+    loops = [n for n in ast.walk(doc.tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)
+             and n.target.id == y.id and isinstance(n.iter, ast.Call) and getattr(n.iter.func, "id", "") == "range"]
+    return bool(binds) and len(loops) == len(binds)
+
+
 def _unwrap_item(doc: _Doc, e: Edit):
     """`torch.tensor(X.item())` becomes `X` (parenthesized unless an atom)."""
     found = _expression(doc, e.span, ast.Call)
@@ -947,6 +1026,7 @@ _HANDLERS = {
     "stack": _stack,
     "unwrap_item": _unwrap_item,
     "soft_argmax": _soft_argmax,
+    "soft_compare": _soft_compare,
     "unwrap": _unwrap,
     "delete": _delete,
 }

@@ -55,6 +55,10 @@ class Edit:
     - "unwrap_item": the call at `span` is `torch.tensor(X.item())`: it becomes `X`;
     - "soft_argmax": the call at `span` is an argmax or argmin: it becomes the expected index under
       a softmax, a float that gradients flow through;
+    - "soft_compare": the comparison used as a number at `span` (`(p > 0.5).float()`,
+      `pred == y` inside arithmetic) becomes a probability: a threshold's (`target` None;
+      `name` "prob" if the compared tensor is one, else "logit"), or softmax's probability
+      of the class when `target` is the argmax call (`name`: the variable given its result);
     - "unwrap": the `with` statement at `span` is replaced by its body, dedented;
     - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties).
     """

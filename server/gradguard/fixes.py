@@ -563,6 +563,10 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
     cuts = sorted(b.cuts, key=position)
     argmaxes = [c for c in cuts if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
                 and c.func.attr in ("argmax", "argmin")]
+    soft = [e for c in cuts for e in soft_comparisons(facts, c)]
+    if soft:
+        fixes.append(Fix("Compare softly: use the probabilities instead of the hard "
+                         + ("mask" if any(e.target is None for e in soft) else "one-hot of the argmax"), tuple(soft)))
     if argmaxes:
         fixes.append(Fix("Use a differentiable soft-argmax (the expected index under a softmax) for "
                          + ", ".join(f"`{facts.text(c, 40)}`" for c in argmaxes[:2])
@@ -617,6 +621,91 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
     return ranked(fixes)
 
 
+_EQUALITY = (ast.Eq, ast.NotEq)
+_ORDER = (ast.Gt, ast.GtE, ast.Lt, ast.LtE)
+_CASTS = ("float", "double", "half")
+
+
+def soft_comparisons(facts: Facts, cut: ast.AST) -> list[Edit]:
+    """Edits that make a hard decision the loss was computed from differentiable: a mask
+    `(p > 0.5).float()` becomes the probability `p` (a logit `z > 0`: `z.sigmoid()`), and
+    `(x.argmax(1) == y).float()` the probability softmax(x) gives class y.  Only a
+    comparison used as a number (cast, or in arithmetic) is rewritten, never one that indexes."""
+    if isinstance(cut, ast.Compare) and len(cut.ops) == 1 and isinstance(cut.ops[0], _ORDER):
+        sides = [s for s in (cut.left, cut.comparators[0]) if not _number(s)]
+        if len(sides) != 1:
+            return []
+        kind = "prob" if _probability(facts, sides[0]) else "logit"
+        around = _used_as_number(facts, cut)
+        return [edit(facts, "soft_compare", around, kind)] if around is not None else []
+    if not (isinstance(cut, ast.Call) and _last_name(cut.func) == "argmax"):
+        return []
+    parent, name = facts.parents.get(cut), ""
+    if isinstance(parent, ast.Compare):
+        compares = [parent]
+    elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name, scope, x = parent.targets[0].id, _function_of(facts, cut), _argmax_input(facts, cut)
+        stores = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                  and _function_of(facts, n) is scope and (n.id == name or n.id == getattr(x, "id", None)
+                                                           and before(parent, n))]
+        if not isinstance(x, ast.Name) or len(stores) != 1:  # the compare must see the argmax's input as it was
+            return []
+        compares = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Compare) and before(parent, n)
+                    and _function_of(facts, n) is scope
+                    and any(isinstance(s, ast.Name) and s.id == name for s in (n.left, *n.comparators))]
+    else:
+        return []
+    out = []
+    for c in compares:
+        around = _used_as_number(facts, c) if len(c.ops) == 1 and isinstance(c.ops[0], _EQUALITY) else None
+        if around is not None:
+            out.append(edit(facts, "soft_compare", around, name, target=cut))
+    return out
+
+
+def _argmax_input(facts: Facts, call: ast.Call):
+    """X in `X.argmax(...)` or `torch.argmax(X, ...)`."""
+    owner = call.func.value
+    imported = isinstance(owner, ast.Name) and any(
+        (a.asname or a.name.split(".")[0]) == owner.id for n in ast.walk(facts.tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+    return (call.args[0] if call.args else None) if imported else owner
+
+
+def _number(node) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
+def _probability(facts: Facts, node) -> bool:
+    """Whether `node` is a sigmoid's or softmax's result (so in [0, 1]): the call, or a name
+    given one once in its function."""
+    if isinstance(node, ast.Name):
+        scope = _function_of(facts, node)
+        values = [a.value for a in ast.walk(scope or facts.tree) if isinstance(a, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)
+                  and _function_of(facts, a) is scope]
+        node = values[0] if len(values) == 1 else None
+    return isinstance(node, ast.Call) and _last_name(node.func) in ("sigmoid", "softmax")
+
+
+def _used_as_number(facts: Facts, compare: ast.Compare):
+    """The expression to rewrite for a comparison the program uses as a number: its cast
+    (`(c).float()`), or the comparison itself inside arithmetic or a reduction."""
+    parent = facts.parents.get(compare)
+    if isinstance(parent, ast.Attribute):
+        call = facts.parents.get(parent)
+        if isinstance(call, ast.Call) and call.func is parent and not call.args and not call.keywords:
+            if parent.attr in _CASTS:
+                return call
+            if parent.attr in ("sum", "mean"):
+                return compare
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        return compare
+    return None
+
+
 def rewrapped_items(facts: Facts, b: Backward) -> list:
     """(`torch.tensor(xs)`, the `.item()` calls that gave xs its numbers) in the backward's
     function: numbers taken out of the graph and put back in a new tensor without one; no
@@ -637,6 +726,10 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
             items = [c.args[0] for c in ast.walk(scope) if isinstance(c, ast.Call) and len(c.args) == 1
                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
                      and isinstance(c.func.value, ast.Name) and c.func.value.id == arg.id and before(c, call)]
+        elif isinstance(arg, ast.Attribute):  # `policy.saved_log_probs`, filled by `self.saved_log_probs.append`
+            items = [c.args[0] for c in ast.walk(facts.tree) if isinstance(c, ast.Call) and len(c.args) == 1
+                     and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
+                     and isinstance(c.func.value, ast.Attribute) and c.func.value.attr == arg.attr]
         elif isinstance(arg, ast.ListComp):
             items = [arg.elt]
         else:
