@@ -44,7 +44,10 @@ class NoGradFn(Rule):
     offered only where it applies: remove the `.detach()`, the `no_grad` block or
     decorator, the `torch.set_grad_enabled(False)` or the `requires_grad_(False)` that cut
     the graph; replace an `argmax`/`argmin` whose index the loss uses as a number by a
-    soft-argmax (the loss then sees expected indices); keep losses as tensors
+    soft-argmax (the loss then sees expected indices); replace a thresholded mask used as a
+    number (`(p > 0.5).float()`) by the probabilities `p`, and a class match on an argmax
+    (`(logits.argmax(1) == y).float()`) by the softmax probability of that class (the loss
+    becomes its soft version, as in soft Dice); keep losses as tensors
     (`torch.stack(losses)`, not `torch.tensor([l.item() for ...])`); call
     `.requires_grad_()` on hand-made weights given to an optimizer.
     """
