@@ -417,6 +417,14 @@ def test_unwrap_dedents_the_body_and_keeps_comments():
     assert fixed(src, Edit("unwrap", stmt(src, "with"))) == "loss = f(x)  # one\nloss.backward()\n"
 
 
+def test_unwrap_an_if_without_else():
+    src = "    if self.c is None:  # lazily\n        self.c = f(x)\n    return self.c\n"
+    src = "def g(self):\n" + src
+    assert fixed(src, Edit("unwrap", stmt(src, "if self"))) == "def g(self):\n    # lazily\n    self.c = f(x)\n    return self.c\n"
+    src = "if c is None:\n    c = 1\nelse:\n    c = 2\n"
+    assert replacements(src, Fix("t", (Edit("unwrap", stmt(src, "if c")),))) == []
+
+
 def test_delete_statements_and_decorators():
     src = "import torch\n\n\n@torch.no_grad()\n@cache\ndef f(x):\n    return x\n"
     assert fixed(src, Edit("delete", at(src, "torch.no_grad()"))) == \

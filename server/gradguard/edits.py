@@ -574,10 +574,12 @@ def _delete(doc: _Doc, e: Edit):
 
 
 def _unwrap(doc: _Doc, e: Edit):
-    """Replace the `with` statement at `span` by its body, dedented (libcst re-indents it);
-    a comment on the `with` line is kept above the body."""
+    """Replace the `with` statement (or the `if` without `else`) at `span` by its body,
+    dedented (libcst re-indents it); a comment on the header line is kept above the body."""
     found = _statement(doc, e.span)
-    if found is None or not isinstance(found[1].stmt, (ast.With, ast.AsyncWith)) or found[1].mode != "line":
+    if found is None or found[1].mode != "line" or not (
+            isinstance(found[1].stmt, (ast.With, ast.AsyncWith)) or isinstance(found[1].stmt, ast.If)
+            and not found[1].stmt.orelse):
         return None
 
     def op(stmts):

@@ -215,6 +215,12 @@ def _may_be_none(facts: Facts, read: ast.expr) -> bool:
     if id(read) not in facts.maybe_none:
         return False
     text = facts.text(read, 200)
+    node = read
+    while (parent := facts.parents.get(node)) is not None:  # `if X is None: ... else: <read>`
+        is_none = _none_test(facts, parent.test, text) if isinstance(parent, ast.If) else None
+        if is_none is not None and node in (parent.orelse if is_none else parent.body):
+            return False
+        node = parent
     for guard in ast.walk(_function_of(facts, read) or facts.tree):
         if isinstance(guard, ast.If) and before(guard, read) and read not in set(ast.walk(guard)) \
                 and isinstance(guard.test, ast.Compare) and len(guard.test.ops) == 1 \
@@ -224,6 +230,15 @@ def _may_be_none(facts: Facts, read: ast.expr) -> bool:
                         for a in guard.body):
             return False
     return True
+
+
+def _none_test(facts: Facts, test, text: str) -> bool | None:
+    """True for `text is None`, False for `text is not None`, None for any other test."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
+            and facts.text(test.left, 200) == text:
+        return isinstance(test.ops[0], ast.Is)
+    return None
 
 
 def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset, within: frozenset) -> list:
@@ -330,7 +345,7 @@ def _two_losses(facts, b, firsts):
 
 
 def _built_before_loop(facts, b, loop, outside):
-    return ranked([*_rebuilt(facts, b, loop, outside),
+    return ranked([*_uncached(facts, b.freed_hit), *_rebuilt(facts, b, loop, outside),
                    Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
 
 
@@ -401,7 +416,7 @@ def _loops_of(facts: Facts, node) -> list:
 
 
 def _carried_from_previous_iteration(facts, b, loop):
-    fixes = []
+    fixes = _uncached(facts, b.freed_hit)
     carried = loop_carried_names(loop)
     # a local read before it is assigned in the loop, or an attribute of `self` (it outlives the iteration)
     for name, shape in [c for c in b.carriers if c[0] in carried or c[0].startswith("self.")][:1]:
@@ -433,6 +448,22 @@ def _carried_from_previous_iteration(facts, b, loop):
                          tuple(edit(facts, form, loop.body[0], name) for name, form in state)))
     fixes.append(Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),)))
     return ranked(fixes)
+
+
+def _uncached(facts: Facts, regions: frozenset) -> list:
+    """A lazily filled cache (`if self._cache is None: self._cache = self.mlp(pos)`) keeps the
+    graph of its first computation, which the first backward frees: compute it on every
+    call instead, so each iteration has its own graph (and current weights)."""
+    fixes = []
+    for rid in sorted(regions):
+        stmt = statement_of(facts, facts.regions[rid].node)
+        guard = facts.parents.get(stmt)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
+                and isinstance(guard, ast.If) and not guard.orelse \
+                and _none_test(facts, guard.test, facts.text(stmt.targets[0], 200)):
+            fixes.append(Fix(f"Compute `{facts.text(stmt.targets[0])}` on every call instead of caching it",
+                             (edit(facts, "unwrap", guard),)))
+    return fixes[:1]
 
 
 def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
@@ -481,6 +512,8 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
             if target is not None and before(stmt, target):
                 fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
                                  (edit(facts, "move_after", stmt, target=target),)))
+            else:
+                fixes.append(_accumulated(facts, b, n))
         elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                and n.func.attr.endswith("_")
                                                and n.func.attr not in K.NO_OUT_OF_PLACE
@@ -502,6 +535,27 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
                          tuple(edit(facts, "detach", c) for c in cuts)))
     return ranked(fixes)
+
+
+def _accumulated(facts: Facts, b: Backward, step: ast.Call) -> Fix | None:
+    """A step inside the loop over pieces of one forward (micro-batches of one `logits`) changes
+    weights the next piece's backward still needs: accumulate the pieces' gradients and step
+    once after the loop, zeroing the gradients after that step instead of in each piece."""
+    stmt, loop = statement_of(facts, step), next(iter(_loops_of(facts, step)), None)
+    if loop is None or facts.parents.get(stmt) is not loop or not b.loops or b.loops[-1] is not loop \
+            or not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return None
+    pieces = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    if not any(isinstance(n, ast.Name) and n.id in pieces and isinstance(n.ctx, ast.Load)
+               and _carries(facts, n, b.dirty_hit) for s in loop.body for n in ast.walk(s)):
+        return None  # the loop does not iterate over pieces of the graph the step breaks
+    owner = facts.text(step.func.value, 200)
+    zeroing = [s for s in loop.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+               and _last_name(s.value.func) == "zero_grad" and isinstance(s.value.func, ast.Attribute)
+               and facts.text(s.value.func.value, 200) == owner]
+    return Fix(f"Accumulate the gradients of every piece and run `{facts.text(step)}` once, after the loop",
+               (edit(facts, "move_after", stmt, target=loop),
+                *(edit(facts, "move_after", z, target=loop) for z in zeroing[:1])))
 
 
 def _computed_here(facts: Facts, name: ast.Name, stmt: ast.stmt) -> bool:

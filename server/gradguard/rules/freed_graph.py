@@ -58,7 +58,9 @@ class FreedGraph(Rule):
     iterations the fix detaches it where it crosses: at the top of the iteration, where it
     is stored on an object (`self.queue = torch.cat([keys, ...]).detach()`) or in a
     container, or where the previous value comes back (`self.rnn(x, self.hidden.detach())`).
-    A value built before the loop is rebuilt in every iteration when an optimizer in the loop
+    A lazily filled cache (`if self._cache is None: self._cache = ...`) holding a graph is
+    computed on every call instead. A value built before the loop is rebuilt in every
+    iteration when an optimizer in the loop
     trains what built it, else built under `torch.no_grad()`. Each offered fix has been
     applied and analysed again: its error is gone and no other appeared.
     """

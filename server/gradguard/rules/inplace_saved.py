@@ -47,7 +47,8 @@ class InplaceSaved(Rule):
     without overwriting the saved tensor (they use a little more memory); inside an
     expression (`code = h.sigmoid_()`) the out-of-place op is offered only when nothing
     else reads the tensor it would have changed. Unsafe: moving `optimizer.step()` (the
-    second loss then sees the old weights), rebuilding a value made before the loop in
+    second loss then sees the old weights; over micro-batches of one forward, the pieces'
+    gradients are accumulated and the step runs once after them), rebuilding a value made before the loop in
     every iteration, and `.detach()` (no gradient through the cut).
     """
 
