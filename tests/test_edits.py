@@ -386,6 +386,23 @@ def test_soft_compare_leaves_what_is_not_a_number_comparison():
         assert replacements(src, Fix("t", (Edit("soft_compare", at(src, text), "prob", target),))) == []
 
 
+def test_numpy_loss_written_with_torch():
+    src = ("import numpy as np\nimport torch\n\n\ndef loss_fn(p, t):  # a numpy loss\n"
+           "    p = p.detach().cpu().numpy()\n    t = t.numpy()\n    # squared error\n"
+           "    e = np.clip(np.abs(p - t), a_min=0.0, a_max=1.0).sum(axis=1, keepdims=True)\n"
+           "    return torch.tensor(e.mean() + 1, dtype=torch.float32)\n")
+    assert fixed(src, Edit("to_torch", stmt(src, "def loss_fn"))) == (
+        "import numpy as np\nimport torch\n\n\ndef loss_fn(p, t):  # a numpy loss\n"
+        "    # squared error\n"
+        "    e = torch.clamp(torch.abs(p - t), min=0.0, max=1.0).sum(dim=1, keepdim=True)\n"
+        "    return e.mean() + 1\n")
+
+
+def test_numpy_port_refuses_what_it_cannot_write_with_torch():
+    src = "import numpy as np\nimport torch\n\n\ndef f(p):\n    a = p.numpy()\n    return torch.tensor(np.median(a))\n"
+    assert replacements(src, Fix("t", (Edit("to_torch", stmt(src, "def f")),))) == []
+
+
 def test_items_back_into_tensors():
     src = "for x in xs:\n    ls.append(crit(m(x)).item())  # one\nloss = torch.tensor(ls).mean()\n"
     out = fixed(src, Edit("stack", at(src, "torch.tensor(ls)")), Edit("remove_item", at(src, "crit(m(x)).item()")))

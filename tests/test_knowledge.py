@@ -683,6 +683,27 @@ def test_api_names_exist_in_torch():
     assert hasattr(torch.amp.GradScaler, "scale")
 
 
+def test_numpy_ports_compute_what_numpy_computes():
+    """Each numpy function of the port table, called as the port calls its torch twin (the
+    keywords renamed), gives numpy's values; the reductions as tensor methods too."""
+    torch = _torch()
+    import numpy as np
+
+    t = K.NUMPY_TO_TORCH
+    a = np.array([[0.25, 1.5, 2.0], [0.5, 0.75, 3.0]], dtype=np.float32)
+    b = a[::-1].copy()
+    for np_name, torch_name in t.functions.items():
+        args = {"where": (a > 1, a, b), "maximum": (a, b), "minimum": (a, b), "power": (a, 2)}.get(np_name, (a,))
+        kwargs = {"clip": {"a_min": 0.5, "a_max": 2.0}, "sum": {"axis": 1, "keepdims": True}}.get(np_name, {})
+        want = getattr(np, np_name)(*args, **kwargs)
+        got = getattr(torch, torch_name)(*(torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in args),
+                                         **{t.keywords.get(k, k): v for k, v in kwargs.items()})
+        assert np.allclose(got.numpy(), want), np_name
+    for name in t.reductions:
+        assert np.allclose(getattr(torch.from_numpy(a), name)(dim=0).numpy(), getattr(a, name)(axis=0)), name
+    assert t.leave_torch <= set(dir(torch.Tensor)) and all(hasattr(torch, n) for n in t.back_to_torch)
+
+
 def test_module_table_matches_torch_nn():
     torch = _torch()
     import inspect

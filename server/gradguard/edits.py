@@ -774,6 +774,26 @@ def _integer(doc: _Doc, y: ast.expr) -> bool:
     return bool(binds) and len(loops) == len(binds)
 
 
+def _to_torch(doc: _Doc, e: Edit):
+    """The function at `span`, computed with torch where it used numpy (see `numpy_port`);
+    nothing if any numpy use is left."""
+    from gradguard.numpy_port import NumpyToTorch
+
+    found = _statement(doc, e.span)
+    numpy = {a.asname or a.name for n in _top_imports(doc.tree) if isinstance(n, ast.Import)
+             for a in n.names if a.name == "numpy"}
+    if found is None or found[1].mode != "line" or "torch" not in _modules(doc.tree):
+        return None
+
+    def op(stmts):
+        new = stmts[-1].visit(NumpyToTorch(numpy, "torch"))
+        left = {n.id for n in ast.walk(ast.parse(cst.Module(body=[new]).code)) if isinstance(n, ast.Name)}
+        if left & numpy:
+            raise ValueError("numpy is still used")
+        return [*stmts[:-1], new]
+    return [_rewrite(doc, found[1], op)]
+
+
 def _unwrap_item(doc: _Doc, e: Edit):
     """`torch.tensor(X.item())` becomes `X` (parenthesized unless an atom)."""
     found = _expression(doc, e.span, ast.Call)
@@ -1029,6 +1049,7 @@ _HANDLERS = {
     "unwrap_item": _unwrap_item,
     "soft_argmax": _soft_argmax,
     "soft_compare": _soft_compare,
+    "to_torch": _to_torch,
     "unwrap": _unwrap,
     "delete": _delete,
 }

@@ -59,6 +59,8 @@ class Edit:
       `pred == y` inside arithmetic) becomes a probability: a threshold's (`target` None;
       `name` "prob" if the compared tensor is one, else "logit"), or softmax's probability
       of the class when `target` is the argmax call (`name`: the variable given its result);
+    - "to_torch": the function at `span` is written with torch where it used numpy (a loss
+      computed on `.numpy()` arrays and wrapped back with `torch.tensor`);
     - "unwrap": the `with` statement (or `if` without `else`) at `span` is replaced by its
       body, dedented;
     - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties).

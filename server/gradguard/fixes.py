@@ -667,6 +667,9 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Keep the losses as tensors: `torch.stack` them instead of `{facts.text(wrap, 30)}` "
                              "of their `.item()`",
                              (edit(facts, "stack", wrap), *(edit(facts, "remove_item", i) for i in items))))
+    for func in numpy_round_trips(facts, b)[:1]:
+        fixes.append(Fix(f"Compute `{func.name}` with torch instead of numpy, so its result keeps the graph",
+                         (edit(facts, "to_torch", func),)))
     leaves = trainable_leaves(facts, b)
     if leaves:  # all of them: the optimizer is meant to train each one
         fixes.append(Fix("Make " + ", ".join(f"`{name}`" for name, _ in leaves[:3]) + (" ..." if len(leaves) > 3 else "")
@@ -793,6 +796,22 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
         elif items and all(_reads_graph(facts, i) for i in items):  # torch.tensor([l1, w * l2]): copies, no graph
             out.append((call, []))
     return out
+
+
+def numpy_round_trips(facts: Facts, b: Backward) -> list:
+    """Functions the backward's function calls (by name) that take a tensor to numpy
+    (`.numpy()`) and wrap a result back into a tensor (`torch.tensor(...)`): a loss
+    computed with numpy, which carries no graph."""
+    scope = _function_of(facts, b.node) or facts.tree
+    called = {_last_name(c.func) for c in ast.walk(scope) if isinstance(c, ast.Call) and before(c, b.node)}
+    out = []
+    for func in ast.walk(facts.tree):
+        if isinstance(func, ast.FunctionDef) and func.name in called:
+            calls = [c for c in ast.walk(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)]
+            if any(c.func.attr == "numpy" and not c.args for c in calls) \
+                    and any(c.func.attr in K.NUMPY_TO_TORCH.back_to_torch for c in calls):
+                out.append(func)
+    return sorted(out, key=position)
 
 
 def _reads_graph(facts: Facts, expr) -> bool:

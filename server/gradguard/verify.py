@@ -26,7 +26,7 @@ from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.findings import Finding, Fix
 
 SECONDS = 2.0  # per candidate: the analysis of one edited text
-RECONNECTING = frozenset({"remove_detach", "unwrap", "delete", "soft_argmax", "soft_compare", "remove_item", "stack",
+RECONNECTING = frozenset({"remove_detach", "unwrap", "delete", "soft_argmax", "soft_compare", "to_torch", "remove_item", "stack",
                           "unwrap_item", "create_graph", "requires_grad_after"})  # edit kinds that undo a graph cut
 
 

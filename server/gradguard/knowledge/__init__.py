@@ -40,6 +40,8 @@ torchgen data; never edit by hand)
         calls returning a module that behaves as the one they wrap (DataParallel, torch.compile).
     ``MODULE_METHODS``
         methods only modules have: an imported class whose instance calls one is a module.
+    ``NUMPY_TO_TORCH`` (a :class:`NumpyToTorch`)
+        how a loss written with numpy is written with torch (the fix that ports it).
     ``module_info()``
         torch.nn classes: trainable params, which op models a call, in-place flag.
 
@@ -64,7 +66,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
-    "TORCH_VERSION",
+    "NUMPY_TO_TORCH", "TORCH_VERSION",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -443,6 +445,17 @@ def module_info(class_name: str) -> Optional[ModuleInfo]:
 # --------------------------------------------------------------------------- api tables
 
 @dataclass(frozen=True)
+class NumpyToTorch:
+    """How a numpy computation is written with torch (the fix for a loss computed in numpy)."""
+
+    functions: Mapping  # numpy function -> torch function
+    keywords: Mapping  # numpy keyword -> torch keyword
+    reductions: frozenset  # array methods whose torch twin takes the same arguments, renamed
+    leave_torch: frozenset  # methods in a chain ending in `.numpy()`
+    back_to_torch: frozenset  # torch functions that wrap an array
+
+
+@dataclass(frozen=True)
 class BackwardCalls:
     """How backward is triggered.  Positions count positional args after the receiver
     for methods.  retain_graph defaults to the value of create_graph."""
@@ -508,6 +521,10 @@ def _api_table(name: str):
         return frozenset(api["module_wrappers"]["names"])
     if name == "MODULE_METHODS":
         return frozenset(api["module_methods"]["names"])
+    if name == "NUMPY_TO_TORCH":
+        t = api["numpy_to_torch"]
+        return NumpyToTorch(FrozenMap(t["functions"]), FrozenMap(t["keywords"]), frozenset(t["reductions"]),
+                            frozenset(t["leave_torch"]), frozenset(t["back_to_torch"]))
     if name == "TORCH_VERSION":
         return _load()["torch"]
     if name == "BACKWARD_CALLS":

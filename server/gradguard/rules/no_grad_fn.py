@@ -47,7 +47,8 @@ class NoGradFn(Rule):
     soft-argmax (the loss then sees expected indices); replace a thresholded mask used as a
     number (`(p > 0.5).float()`) by the probabilities `p`, and a class match on an argmax
     (`(logits.argmax(1) == y).float()`) by the softmax probability of that class (the loss
-    becomes its soft version, as in soft Dice); keep losses as tensors
+    becomes its soft version, as in soft Dice); write a loss computed with numpy
+    (`.numpy()` ... `torch.tensor(result)`) with torch; keep losses as tensors
     (`torch.stack(losses)`, not `torch.tensor([l.item() for ...])`); call
     `.requires_grad_()` on hand-made weights given to an optimizer.
     """
