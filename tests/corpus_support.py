@@ -41,3 +41,17 @@ def run_oracle(directory: Path, names, timeout: int = 600) -> dict:
                           capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def expectation(path: Path) -> tuple[str, int | None]:
+    """A labelled program's `# expect: KIND` (first line) and the line marked `# raises`."""
+    lines = path.read_text().splitlines()
+    kind = lines[0].split(":", 1)[1].strip()
+    return kind, next((i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# raises")), None)
+
+
+def assert_torch_agrees(result: dict, kind: str, line: int | None) -> None:
+    """The execution oracle's outcome for a labelled program is its label."""
+    assert result["kind"] == kind, result["message"]
+    if kind != "clean":
+        assert result["line"] == line

@@ -27,11 +27,12 @@ severity = { GG001 = "warning" }
 enabled = true
 timeout = 2
 exclude = ["generated"]
+follow-imports = false
 """)
     config = load_config(tmp_path)
     assert config.select == {"GG0"} and config.ignore == {"GG002"}
     assert config.severity == {"GG001": "warning"}
-    assert config.timeout == 2.0 and config.exclude == ("generated",)
+    assert config.timeout == 2.0 and config.exclude == ("generated",) and not config.follow_imports
     assert config.source == (tmp_path / "pyproject.toml").resolve()
 
 
@@ -61,6 +62,14 @@ def test_merged_editor_settings():
     assert base.severity == {"GG001": "warning"}  # the original is untouched
 
 
+def test_editor_settings_names_reach_the_configuration():
+    from gradguard.lsp.server import _normalise, _settings
+
+    settings = _normalise(_settings({"gradguard": {"followImports": False, "enable": True}}))
+    assert settings == {"follow-imports": False, "enabled": True}
+    assert not Config().merged(settings).follow_imports
+
+
 @pytest.mark.parametrize("table, key", [
     ('selet = ["GG001"]', "selet"),
     ('select = "GG001"', "select"),
@@ -72,6 +81,7 @@ def test_merged_editor_settings():
     ('timeout = 0', "timeout"),
     ('timeout = true', "timeout"),
     ('exclude = "build"', "exclude"),
+    ('follow-imports = 1', "follow-imports"),
 ])
 def test_bad_values_name_the_key_in_one_line(tmp_path, table, key):
     write(tmp_path / "pyproject.toml", f"[tool.gradguard]\n{table}\n")

@@ -313,3 +313,29 @@ async def test_fix_all_source_action_applies_the_safe_confirmed_fixes(pull: Lang
         text_document=params.text_document, range=params.range,
         context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.QuickFix])))
     assert not quick  # asked for quick fixes only, with no diagnostic: no action
+
+
+async def test_a_bug_in_an_imported_module_is_reported_where_it_raises(push: LanguageClient, tmp_path):
+    """The diagnostic is in train.py, its cause in features.py; editing features.py (not yet
+    saved) re-publishes train.py's diagnostics."""
+    from pathlib import Path
+
+    from pygls.uris import from_fs_path
+
+    project = Path(__file__).parent / "projects" / "cases" / "features_helper"
+    for name in ("train.py", "features.py"):
+        (tmp_path / name).write_text((project / "crash" / name).read_text())
+    train, features = from_fs_path(str(tmp_path / "train.py")), from_fs_path(str(tmp_path / "features.py"))
+    opened(push, (tmp_path / "train.py").read_text(), uri=train)
+    [diag] = await published(push, train)
+    assert diag.code == "GG001" and diag.range.start.line == 15
+    cause = diag.related_information[-1].location
+    assert cause.uri == features and cause.range.start == types.Position(line=5, character=11)
+    opened(push, (tmp_path / "features.py").read_text(), uri=features)
+    assert await published(push, features) == []
+    push.diagnostics.pop(train, None)
+    changed(push, (project / "fixed" / "features.py").read_text(), 2, uri=features)
+    for _ in range(3):  # opening features.py re-published train.py too: wait for the change's turn
+        if await published(push, train) == []:
+            break
+    assert list(push.diagnostics[train]) == []  # train.py reads the editor's text of features.py

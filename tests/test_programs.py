@@ -11,20 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from corpus_support import run_oracle
+from corpus_support import assert_torch_agrees, expectation, run_oracle
 from gradguard.analysis import analyze
 from gradguard.rules import ALL_RULES
 
 HERE = Path(__file__).parent / "programs"
 PREDICTS = {r.code: r.predicts for r in ALL_RULES}
 CASES = sorted(p.name for p in (HERE / "cases").glob("*.py"))
-
-
-def expectation(name):
-    lines = (HERE / "cases" / name).read_text().splitlines()
-    kind = lines[0].split(":", 1)[1].strip()
-    line = next((i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# raises")), None)
-    return kind, line
 
 
 # Programs GradGuard is known to get wrong, and why: each is a gap to close, not a wrong label
@@ -37,7 +30,7 @@ KNOWN_GAPS = {
 @pytest.mark.parametrize("name", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_GAPS[c], strict=True))
                                   if c in KNOWN_GAPS else c for c in CASES])
 def test_gradguard_agrees_with_the_label(name):
-    kind, line = expectation(name)
+    kind, line = expectation(HERE / "cases" / name)
     found = {(f.span.line, PREDICTS[f.code]) for f in analyze((HERE / "cases" / name).read_text())
              if PREDICTS[f.code]}
     if kind == "clean":
@@ -54,8 +47,4 @@ def oracle_results():
 
 @pytest.mark.parametrize("name", CASES)
 def test_torch_agrees_with_the_label(name, oracle_results):
-    kind, line = expectation(name)
-    result = oracle_results[name]
-    assert result["kind"] == kind, result["message"]
-    if kind != "clean":
-        assert result["line"] == line
+    assert_torch_agrees(oracle_results[name], *expectation(HERE / "cases" / name))

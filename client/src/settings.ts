@@ -29,7 +29,7 @@ export function explicitValue<T>(inspected: Inspected<T> | undefined): T | undef
 }
 
 /** The settings that reach the server (`initializationOptions` and `workspace/didChangeConfiguration`). */
-export const SERVER_KEYS = ["enable", "select", "ignore", "severity", "timeout"] as const;
+export const SERVER_KEYS = ["enable", "select", "ignore", "severity", "timeout", "followImports"] as const;
 /** The settings that decide which process runs: a change restarts the server. */
 export const RESTART_KEYS = ["interpreter", "importStrategy"] as const;
 
@@ -42,6 +42,7 @@ export interface ServerSettings {
     ignore?: string[];
     severity?: Record<string, string>;
     timeout?: number;
+    followImports?: boolean;
 }
 
 const SEVERITIES = new Set(["error", "warning", "info", "hint"]);
@@ -82,6 +83,9 @@ export function serverSettings(explicit: Explicit): ServerSettings {
     }
     if (typeof explicit.timeout === "number" && Number.isFinite(explicit.timeout) && explicit.timeout > 0) {
         out.timeout = explicit.timeout;
+    }
+    if (typeof explicit.followImports === "boolean") {
+        out.followImports = explicit.followImports;
     }
     return out;
 }

@@ -18,14 +18,18 @@ test("nothing set: the server gets an empty gradguard object, so pyproject.toml 
 test("every server setting reaches initializationOptions under the gradguard key", () => {
     assert.deepEqual(initializationOptions({
         enable: false, select: ["GG0", "gg101"], ignore: [" GG103 "], severity: { GG101: "info" }, timeout: 2.5,
+        followImports: false,
     }), {
-        gradguard: { enable: false, select: ["GG0", "GG101"], ignore: ["GG103"], severity: { GG101: "info" }, timeout: 2.5 },
+        gradguard: {
+            enable: false, select: ["GG0", "GG101"], ignore: ["GG103"], severity: { GG101: "info" }, timeout: 2.5,
+            followImports: false,
+        },
     });
 });
 
 test("empty lists and objects, nulls and wrong types are left out", () => {
     assert.deepEqual(serverSettings({
-        enable: "yes", select: [], ignore: ["", "  "], severity: {}, timeout: null,
+        enable: "yes", select: [], ignore: ["", "  "], severity: {}, timeout: null, followImports: "no",
     }), {});
     assert.deepEqual(serverSettings({ timeout: 0 }), {});
     assert.deepEqual(serverSettings({ timeout: -1 }), {});
@@ -48,7 +52,7 @@ test("interpreter and import strategy restart the server; rule settings are sent
     assert.equal(changeEffect(only("gradguard.interpreter")), "restart");
     assert.equal(changeEffect(only("gradguard.importStrategy")), "restart");
     assert.equal(changeEffect(only("gradguard.select", "gradguard.interpreter")), "restart");
-    for (const key of ["enable", "select", "ignore", "severity", "timeout"]) {
+    for (const key of ["enable", "select", "ignore", "severity", "timeout", "followImports"]) {
         assert.equal(changeEffect(only(`gradguard.${key}`)), "reconfigure", key);
     }
     assert.equal(changeEffect(only("gradguard.trace.server")), "none");

@@ -10,7 +10,7 @@ import ast
 import warnings
 
 from gradguard.engine import binder
-from gradguard.engine.interp import AnalysisTimeout, Interpreter
+from gradguard.engine.interp import AnalysisTimeout, ImportsTooSlow, Interpreter
 from gradguard.facts import Facts
 from gradguard.findings import Finding
 from gradguard.rules import ALL_RULES
@@ -24,26 +24,37 @@ def parse(source: str, path: str = "<string>") -> ast.Module:
         return ast.parse(source, filename=path)
 
 
-def analyze(source: str, *, path: str = "<string>", deadline: float | None = None) -> list[Finding]:
+def analyze(source: str, *, path: str = "<string>", deadline: float | None = None, workspace=None) -> list[Finding]:
     """All rules' findings for one module, sorted by position.
 
     Raises SyntaxError if the text does not parse and AnalysisTimeout past `deadline`
-    (a `time.monotonic()` value)."""
-    return run(source, path=path, deadline=deadline)[0]
+    (a `time.monotonic()` value).  With a `workspace.Workspace`, imports of the project's
+    own modules are followed into them."""
+    return run(source, path=path, deadline=deadline, workspace=workspace)[0]
 
 
-def run(source: str, *, path: str = "<string>", deadline: float | None = None) -> tuple[list[Finding], Facts | None]:
+def run(source: str, *, path: str = "<string>", deadline: float | None = None,
+        workspace=None) -> tuple[list[Finding], Facts | None]:
     """Findings and the facts behind them (the language server's hover reads the facts);
-    facts are None for a file with nothing to analyse."""
+    facts are None for a file with nothing to analyse.  A finding is reported in the file
+    analysed; one whose line is in an imported module is that module's to report."""
     tree = parse(source, path)
     if not binder.worth_analysing(source):
         return [], None
+    if binder.BACKWARD.search(source) is None:
+        # The errors predicted here surface at a backward of this file; a file without one (a
+        # library module) gains little from its imports, which would cost as much as itself.
+        workspace = None
     try:
-        facts = Interpreter(source, tree, deadline).run()
+        try:
+            facts = Interpreter(source, tree, deadline, path=path, workspace=workspace).run()
+        except ImportsTooSlow:  # precision traded for time, as the engine does within a file
+            facts = Interpreter(source, tree, deadline, path=path).run()
     except RecursionError:
         raise AnalysisTimeout("nesting too deep to analyse") from None
     findings: dict = {}
     for rule_cls in ALL_RULES:
         for f in rule_cls().check(facts):
-            findings.setdefault((f.span, f.code), f)
+            if f.span.path is None:
+                findings.setdefault((f.span, f.code), f)
     return sorted(findings.values(), key=lambda f: (f.span.line, f.span.column, f.code)), facts

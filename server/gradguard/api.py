@@ -13,6 +13,7 @@ cells included, as a person counts them on screen.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import io
 import json
 import os
@@ -28,6 +29,7 @@ from gradguard.config import Config
 from gradguard.facts import Facts
 from gradguard.findings import FileResult
 from gradguard.suppress import is_suppressed, noqa_map
+from gradguard.workspace import Workspace
 
 SUFFIXES = (".py", ".ipynb")
 # Directories a walk passes over; one named on the command line is still checked.
@@ -45,6 +47,7 @@ class Checked(FileResult):
     internal: bool = False  # `error` is a bug in GradGuard, not a problem of the file
     cells: tuple[tuple[int, int], ...] = ()  # notebook: (first line in the joined text, cell number)
     facts: Facts | None = None  # what the findings rest on (the language server's hover reads it)
+    modules: tuple[str, ...] = ()  # paths of the workspace modules the analysis read (its imports)
 
     def locate(self, line: int) -> tuple[int | None, int]:
         """(cell number, line in the cell) of a line of the analysed text; no cell for a .py file."""
@@ -58,9 +61,27 @@ class Checked(FileResult):
         cell, line = self.locate(line)
         return f"{self.path}:{line}:{column}" if cell is None else f"{self.path}:cell {cell}:{line}:{column}"
 
+    def where_span(self, span) -> str:
+        """`where` for a span of this file, or `module.py:line:column` in an imported module
+        (its path relative to the working directory when it is below it)."""
+        if span.path is None:
+            return self.where(span.line, span.column + 1)
+        return f"{display_path(span.path)}:{span.line}:{span.column + 1}"
 
-def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int, int], ...] = ()) -> Checked:
-    """Analyse `text` within `config.timeout` seconds and keep the findings `config` selects."""
+
+def display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if rel.startswith(os.pardir) else rel
+
+
+def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int, int], ...] = (),
+                 workspace: Workspace | None = None) -> Checked:
+    """Analyse `text` within `config.timeout` seconds and keep the findings `config` selects;
+    imports of the project's own modules are followed (`workspace`, by default the one of
+    the project `config` came from)."""
     result = Checked(path, cells=cells)
     if not config.enabled:
         return result
@@ -68,7 +89,12 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         result.error = f"{path}: syntax error: source contains a null byte"
         return result
     try:
-        findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout)
+        if not config.follow_imports:
+            workspace = None
+        elif workspace is None:
+            workspace = project_workspace(config)
+        findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout, workspace=workspace)
+        result.modules = tuple(m.path for m in result.facts.modules) if result.facts is not None else ()
     except SyntaxError as exc:
         result.error = f"{result.where(exc.lineno or 1, exc.offset or 1)}: syntax error: {_one_line(exc.msg)}"
     except AnalysisTimeout:
@@ -103,6 +129,18 @@ def check_file(path: str | os.PathLike, config: Config, data: bytes | None = Non
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # bad cookie, bytes or codec
         return Checked(name, error=f"{name}: cannot decode: {_one_line(str(exc))}")
     return check_source(text, name, config)
+
+
+@functools.lru_cache(maxsize=8)
+def _workspace(root: Path | None) -> Workspace:
+    return Workspace(root)
+
+
+def project_workspace(config: Config) -> Workspace:
+    """The workspace of the project whose pyproject.toml `config` came from (imports then
+    resolve from the project root too), else of the checked file's directory alone; one per
+    root and process, so a module imported by many files is parsed once."""
+    return _workspace(config.source.parent if config.source is not None else None)
 
 
 def decode(data: bytes) -> str:

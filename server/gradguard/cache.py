@@ -5,7 +5,9 @@ came from (else in the working directory), ignored by git through its own `.giti
 entry is the result of one file, found by a hash of everything the result depends on: the
 file's bytes and the path it is reported under, the settings that choose and grade findings,
 and the analysis itself (the size and modification time of every file of this package, so a
-new GradGuard, or an edited checkout of it, never reads an old entry).  Only results without
+new GradGuard, or an edited checkout of it, never reads an old entry).  An entry also lists
+the workspace modules the analysis followed imports into, with their size and modification
+time: when one of them changed, the entry is not used.  Only results without
 an error are kept: a timeout depends on the machine's load, and an internal error should be
 seen again.  Entries are JSON, never pickle: a cache directory that came with a cloned
 repository must not be able to run code.
@@ -43,9 +45,13 @@ class Cache:
         return h.hexdigest()
 
     def get(self, key: str) -> Checked | None:
+        """The entry, unless a workspace module the result read has changed since."""
         try:
-            return _from_json(json.loads((self.dir / key[:2] / f"{key}.json").read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
+            data = json.loads((self.dir / key[:2] / f"{key}.json").read_text(encoding="utf-8"))
+            if any(_stamp(path) != stamp for path, stamp in data["modules"].items()):
+                return None
+            return _from_json(data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def put(self, key: str, result: Checked) -> None:
@@ -86,7 +92,7 @@ def check_cached(path: Path, config: Config, cache: Cache | None) -> Checked:
 def _fingerprint(config: Config) -> bytes:
     """The settings a result depends on (not `timeout`: only errors depend on it, and they are not kept)."""
     return json.dumps([sorted(config.select), sorted(config.ignore), sorted(config.severity.items()),
-                       config.enabled]).encode()
+                       config.enabled, config.follow_imports]).encode()
 
 
 @lru_cache(maxsize=1)
@@ -101,13 +107,23 @@ def _engine() -> bytes:
     return "\n".join(stats).encode()
 
 
+def _stamp(path: str) -> list | None:
+    """A workspace module's size and modification time: what a cached result that read it relies on."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def _to_json(result: Checked) -> dict:
-    return {"path": result.path, "cells": result.cells, "findings": [asdict(f) for f in result.findings]}
+    return {"path": result.path, "cells": result.cells, "findings": [asdict(f) for f in result.findings],
+            "modules": {path: _stamp(path) for path in result.modules}}
 
 
 def _from_json(data: dict) -> Checked:
     return Checked(data["path"], findings=[_finding(f) for f in data["findings"]],
-                   cells=tuple(tuple(c) for c in data["cells"]))
+                   cells=tuple(tuple(c) for c in data["cells"]), modules=tuple(data["modules"]))
 
 
 def _finding(d: dict) -> Finding:

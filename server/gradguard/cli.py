@@ -238,15 +238,19 @@ def _text(result, finding) -> str:
     """`path:line:col: CODE [severity] message`, then one indented line per related location."""
     span = finding.span
     lines = [f"{result.where(span.line, span.column + 1)}: {finding.code} [{finding.severity}] {finding.message}"]
-    lines += [f"    {result.where(rel.span.line, rel.span.column + 1)}: {rel.message}" for rel in finding.related]
+    lines += [f"    {result.where_span(rel.span)}: {rel.message}" for rel in finding.related]
     return "\n".join(lines)
 
 
 def _record(result, finding) -> dict:
     """The JSON form of a finding: 1-based lines and columns, `cell` set in notebooks only."""
+    from gradguard.api import display_path
+
     span = finding.span
     cell, line = result.locate(span.line)
-    related = [{"path": result.path, "cell": rel_cell, "line": rel_line, "column": rel.span.column + 1,
+    related = [{"path": display_path(rel.span.path), "cell": None, "line": rel.span.line,
+                "column": rel.span.column + 1, "message": rel.message} if rel.span.path is not None else
+               {"path": result.path, "cell": rel_cell, "line": rel_line, "column": rel.span.column + 1,
                 "message": rel.message}
                for rel in finding.related for rel_cell, rel_line in [result.locate(rel.span.line)]]
     return {"path": result.path, "cell": cell, "line": line, "column": span.column + 1,

@@ -24,7 +24,7 @@ except ModuleNotFoundError:  # pragma: no cover - depends on the interpreter
         tomllib = None
 
 SEVERITIES = ("error", "warning", "info", "hint")
-KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude")
+KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude", "follow-imports")
 
 
 class ConfigError(ValueError):
@@ -39,6 +39,7 @@ class Config:
     enabled: bool = True
     timeout: float = 5.0  # seconds of analysis per file
     exclude: tuple[str, ...] = ()  # glob patterns, skipped while walking directories
+    follow_imports: bool = True  # follow calls into the project's own modules (workspace.py)
     source: Path | None = None  # the pyproject.toml the settings came from; `exclude` is relative to it
 
     def selects(self, code: str) -> bool:
@@ -117,10 +118,10 @@ def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             out[key] = tuple(_strings(value, where, key))
         elif key == "severity":
             out[key] = _severities(value, where)
-        elif key == "enabled":
+        elif key in ("enabled", "follow-imports"):
             if not isinstance(value, bool):
-                raise ConfigError(f"{where}: 'enabled' must be true or false, not {value!r}")
-            out[key] = value
+                raise ConfigError(f"{where}: '{key}' must be true or false, not {value!r}")
+            out[key.replace("-", "_")] = value
         else:  # timeout
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{where}: 'timeout' must be a positive number of seconds, not {value!r}")

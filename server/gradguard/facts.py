@@ -7,8 +7,9 @@ they never see the engine's internals beyond these records and `Region` descript
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 from gradguard.spans import Positions
 
@@ -126,22 +127,48 @@ class Facts:
     maybe_none: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value may be None
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
 
+    modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
+
+    def add_module(self, module) -> None:
+        """Nodes of an imported workspace module get that module's positions and text."""
+        self.modules.append(module)
+        self.__dict__.pop("parents", None)
+
+    def module_of(self, node):
+        """The imported module `node` belongs to, None for the file analysed."""
+        key = id(node)
+        return next((m for m in self.modules if key in m.node_ids), None) if self.modules else None
+
     @cached_property
     def parents(self) -> dict:
         """AST child -> parent, built only when a finding needs a fix that edits statements."""
         out = {}
-        for parent in ast.walk(self.tree):
-            for child in ast.iter_child_nodes(parent):
-                out[child] = parent
+        for tree in (self.tree, *(m.tree for m in self.modules)):
+            for parent in ast.walk(tree):
+                for child in ast.iter_child_nodes(parent):
+                    out[child] = parent
         return out
 
     @cached_property
     def positions(self) -> Positions:
         return Positions(self.source)
 
+    def foreign(self, node) -> bool:
+        """Whether `node` is in an imported module rather than the file analysed."""
+        return self.module_of(node) is not None
+
     def span(self, node):
-        return self.positions.span(node)
+        module = self.module_of(node)
+        if module is None:
+            return self.positions.span(node)
+        return replace(module.positions.span(node), path=module.path)
+
+    def line(self, node) -> str:
+        """Where a node is, for a message: "line 12", or "line 5 of features.py" in an imported module."""
+        module = self.module_of(node)
+        return f"line {node.lineno}" + (f" of {Path(module.path).name}" if module is not None else "")
 
     def text(self, node, limit: int = 50) -> str:
-        seg = " ".join(self.positions.segment(node).split())
+        module = self.module_of(node)
+        seg = " ".join((self.positions if module is None else module.positions).segment(node).split())
         return seg if len(seg) <= limit else seg[: limit - 1] + "…"

@@ -14,6 +14,7 @@ class Span:
     column: int
     end_line: int
     end_column: int
+    path: str | None = None  # another file of the workspace (an imported module); None: the file analysed
 
 
 @dataclass(frozen=True)

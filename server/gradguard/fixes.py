@@ -34,15 +34,19 @@ def statement_of(facts: Facts, node: ast.AST) -> ast.stmt:
     return node
 
 
-def edit(facts: Facts, kind: str, node: ast.AST, name: str = "", target: ast.AST | None = None) -> Edit:
+def edit(facts: Facts, kind: str, node: ast.AST, name: str = "", target: ast.AST | None = None) -> Edit | None:
+    """The edit, or None where it would change an imported module (a fix edits the file checked)."""
+    if facts.foreign(node) or target is not None and facts.foreign(target):
+        return None
     return Edit(kind, facts.span(node), name, facts.span(target) if target is not None else None)
 
 
 def ranked(fixes: list[Fix | None]) -> tuple[Fix, ...]:
-    """Drop missing fixes and duplicates; the first one left is preferred."""
+    """Drop missing fixes, those with an edit that cannot be made, and duplicates; the first
+    one left is preferred."""
     out: list[Fix] = []
     for f in fixes:
-        if f is not None and f.edits and all(f.edits != g.edits for g in out):
+        if f is not None and f.edits and None not in f.edits and all(f.edits != g.edits for g in out):
             out.append(replace(f, preferred=not out))
     return tuple(out)
 
@@ -617,7 +621,7 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
     cuts = sorted(b.cuts, key=position)
     argmaxes = [c for c in cuts if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
                 and c.func.attr in ("argmax", "argmin")]
-    soft = [e for c in cuts for e in soft_comparisons(facts, c)]
+    soft = [e for c in cuts for e in soft_comparisons(facts, c) if e is not None]
     if soft:
         fixes.append(Fix("Compare softly: use the probabilities instead of the hard "
                          + ("mask" if any(e.target is None for e in soft) else "one-hot of the argmax"), tuple(soft)))

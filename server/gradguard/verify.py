@@ -38,11 +38,13 @@ def applied(source: str, fix: Fix) -> str | None:
     return edits.apply(source, reps) if reps else None
 
 
-def verified(source: str, finding: Finding, findings: list[Finding] | None = None) -> tuple[Fix, ...]:
+def verified(source: str, finding: Finding, findings: list[Finding] | None = None, *, path: str = "<string>",
+             workspace=None) -> tuple[Fix, ...]:
     """The fixes of `finding` that the engine confirms, in their order, the first preferred.
-    `findings`: everything found in `source` (analysed again if not given)."""
+    `findings`: everything found in `source` (analysed again if not given); `path` and
+    `workspace`: where the file is, so its imports are followed as when it was checked."""
     if findings is None:
-        findings = analyze(source)
+        findings = analyze(source, path=path, workspace=workspace)
     target = _key(source, finding)
     before = _keys(source, findings) - Counter([target])
     before_all = _keys(source, findings, every=True) - Counter([target])
@@ -52,7 +54,7 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         if text is None:
             continue
         try:
-            found = analyze(text, deadline=time.monotonic() + SECONDS)
+            found = analyze(text, path=path, workspace=workspace, deadline=time.monotonic() + SECONDS)
         except (SyntaxError, AnalysisTimeout):
             continue
         after, after_all = _keys(text, found), _keys(text, found, every=True)
@@ -72,7 +74,8 @@ def _key(source: str, finding: Finding) -> tuple:
 
     def text(line: int) -> str:
         return lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    return finding.code, text(finding.span.line), tuple(text(r.span.line) for r in finding.related)
+    return finding.code, text(finding.span.line), tuple(
+        text(r.span.line) if r.span.path is None else (r.span.path, r.span.line) for r in finding.related)
 
 
 def _lines(keys: Counter) -> Counter:
@@ -93,7 +96,7 @@ def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 
     """`source` with the preferred confirmed fix of each reported finding applied, one at a
     time (each fix moves the text the next one is planned on), and the titles applied.
     Only safe fixes unless `unsafe`; a finding whose preferred fix is not allowed is left."""
-    from gradguard.api import check_source  # the findings as reported: settings and noqa applied
+    from gradguard.api import check_source, project_workspace  # the findings as reported: settings and noqa applied
 
     done: list[str] = []
     skipped: set = set()
@@ -102,9 +105,11 @@ def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 
         if result.error:
             break
         candidates = [f for f in result.findings if f.fixes and _key(source, f) not in skipped]
-        everything = analyze(source) if candidates else []  # unfiltered by settings: what a fix must not add
+        workspace = project_workspace(config) if config.follow_imports else None
+        # unfiltered by settings: what a fix must not add
+        everything = analyze(source, path=path, workspace=workspace) if candidates else []
         for finding in candidates:
-            fixes = verified(source, finding, everything)
+            fixes = verified(source, finding, everything, path=path, workspace=workspace)
             fix = fixes[0] if fixes else None
             if fix is None or (fix.applicability != "safe" and not unsafe):
                 skipped.add(_key(source, finding))

@@ -411,6 +411,11 @@ class Expressions:
                 return self.bind_class_member(found, obj, st, node)
         if obj.kind == "module":
             return self.module_attribute(obj, name, st, node)
+        if obj.kind == "namespace":  # a workspace module: what it does not define stays opaque
+            if v is not None and self.lazy:
+                return self.imported(name, v, st, obj.id)
+            return v if v is not None else frozenset(
+                Ref(f"{a.value}.{name}") for a in st.get_attr(obj.id, "__name__") or () if isinstance(a, Const))
         if obj.kind == "class" and v is not None:
             return v
         return frozenset({Method(frozenset({obj}), name)})
@@ -423,7 +428,7 @@ class Expressions:
         v = st.get_attr(cls_id, name)
         if v is not None:
             return v
-        for base in st.get_attr(cls_id, "<bases>") or ():
+        for base in self.bases_of(cls_id, st):
             if isinstance(base, Obj) and base.kind == "class":
                 found = self.class_lookup(base.id, name, st, seen)
                 if found is not None:
@@ -575,7 +580,7 @@ class Expressions:
         if cls_id in seen:
             return False
         seen.add(cls_id)
-        for base in st.get_attr(cls_id, "<bases>") or ():
+        for base in self.bases_of(cls_id, st):
             if isinstance(base, Ref) and base.dotted.startswith("torch.nn") or \
                     isinstance(base, Ref) and base.dotted.split(".")[-1] in ("Module", "LightningModule"):
                 return True
@@ -737,7 +742,7 @@ class Expressions:
             return False
         seen.add(cls)
         return any(isinstance(b, Obj) and b.kind == "class" and self.subclass(b.id, target, st, seen)
-                   for b in st.get_attr(cls, "<bases>") or ())
+                   for b in self.bases_of(cls, st))
 
     def narrow(self, test, st, polarity):
         """Keep only the atoms of `x` that pass `isinstance(x, C)` (or fail it) in a branch."""

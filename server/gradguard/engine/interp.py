@@ -14,6 +14,7 @@ is only about control flow, frames and facts.
 from __future__ import annotations
 
 import ast
+import os
 import time
 from dataclasses import replace
 
@@ -31,6 +32,15 @@ from gradguard.spans import LINE_BREAK
 MAX_LOOP_ROUNDS = 6
 CONCRETE_ITERATIONS = 2  # loop iterations run on the exact state the previous one left
 MAX_CALL_DEPTH = 6
+MAX_MODULES = 24  # workspace modules one analysis reads
+# Statements of workspace modules one analysis interprets (their definitions, the calls into
+# them): past it, their functions are opaque again, so following imports costs at most this.
+FOREIGN_BUDGET = 3000
+IMPORTS_SECONDS = 0.5  # an analysis that follows imports for longer starts again without them
+MAX_IMPORT_DEPTH = 3  # the analysed file's imports, theirs, and theirs
+# What runs of a workspace module when it is imported: its definitions, not its script code.
+DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+               ast.AnnAssign)
 MAX_CTX = 4
 # Work bound: statements interpreted per file.  Past it, calls are no longer followed into
 # their bodies and loops take two rounds, so huge files degrade in precision, not in time.
@@ -42,13 +52,20 @@ class AnalysisTimeout(Exception):
     """The analysis of one file ran past its deadline."""
 
 
+class ImportsTooSlow(Exception):
+    """Following the file's imports has used half its time: analyse it again without them."""
+
+
 class Frame:
     """One activation: a module body or an inlined function call."""
 
-    def __init__(self, func, ctx, is_module=False, class_obj=None, names=(frozenset(), frozenset())):
+    def __init__(self, func, ctx, is_module=False, class_obj=None, names=(frozenset(), frozenset()),
+                 module=None):
         self.func = func
         self.ctx = ctx
         self.is_module = is_module
+        self.module = module  # the workspace module whose code this is (None: the analysed file)
+        self.globals = GLOBALS if module is None else ("<module>", module.path)  # heap object of its globals
         self.class_obj = class_obj  # for class bodies: names are written to the class object
         self.locals, self.globals_declared = names
         self.ret = EMPTY
@@ -124,11 +141,25 @@ def _walk_own(func):
 
 
 class Interpreter(Expressions, TorchSemantics):
-    def __init__(self, source: str, tree: ast.Module, deadline: float | None = None):
+    def __init__(self, source: str, tree: ast.Module, deadline: float | None = None, *, path: str = "<string>",
+                 workspace=None):
         self.source = source
         self.tree = tree
         self.deadline = deadline
         self.facts = Facts(source, tree)
+        self.path = path
+        # past this time, an analysis that has followed imports starts again without them
+        now = time.monotonic()
+        self.imports_deadline = min((now + deadline) / 2, now + IMPORTS_SECONDS) if deadline is not None else None
+        self.own_path = os.path.realpath(path) if workspace is not None else path
+        self.workspace = workspace  # a workspace.Workspace: where imports lead (None: every import is opaque)
+        self.defined_in: dict = {}  # function node of a workspace module -> that module
+        self.namespaces: dict = {}  # path of a workspace module -> its namespace object, once loaded
+        self.statefulness_of: dict = {}  # path of a workspace module -> its binder.Statefulness
+        self.importing = 0  # workspace modules being loaded, nested
+        self.lazy: dict = {}  # (globals of the importing module, Ref bound) -> (module, level, importer, name)
+        self.class_globals: dict = {}  # class object id -> the globals of the module defining it
+        self.definitions = 0  # decorators and base classes being evaluated: imports they name stay unread
         self.frames: list[Frame] = []
         self.active_calls: list = []
         self.analysed_funcs: set = set()
@@ -144,6 +175,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.statefulness = None  # a binder.Statefulness, made when the first loop runs
         self.stateful_loops: dict = {}  # loop node -> whether its iterations are worth running one by one
         self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
+        self.foreign_budget = FOREIGN_BUDGET
         self.module_like = binder.module_like(source, K.MODULE_METHODS)
         # In a function no module-level code called, the caller's grad mode is unknown (EMA and
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
@@ -194,14 +226,32 @@ class Interpreter(Expressions, TorchSemantics):
         cached = self.func_names.get(func)
         if cached is None:
             local, glob = _scope(func)
-            text = "\n".join(self.lines[func.lineno - 1: getattr(func, "end_lineno", func.lineno)])
+            module = self.defined_in.get(func)
+            lines = self.lines if module is None else module.lines
+            text = "\n".join(lines[func.lineno - 1: getattr(func, "end_lineno", func.lineno)])
             cached = self.func_names[func] = (local, glob, "yield" in text and _is_generator(func))
         return cached
 
+    def loop_statefulness(self, module) -> binder.Statefulness:
+        """Which lines of the analysed file (or of a workspace module) run a backward or a step."""
+        if module is None:
+            if self.statefulness is None:
+                self.statefulness = binder.Statefulness(self.source, self.sites)
+            return self.statefulness
+        if module.path not in self.statefulness_of:
+            self.statefulness_of[module.path] = binder.Statefulness(module.source, binder.functions(module.tree))
+        return self.statefulness_of[module.path]
+
     def check_time(self):
         self.budget -= 1
-        if self.deadline is not None and not self.budget & 255 and time.monotonic() > self.deadline:
-            raise AnalysisTimeout()
+        if self.frames and self.frames[-1].module is not None:
+            self.foreign_budget -= 1
+        if self.deadline is not None and not self.budget & 15:
+            now = time.monotonic()
+            if now > self.deadline:
+                raise AnalysisTimeout()
+            if self.namespaces and now > self.imports_deadline:
+                raise ImportsTooSlow()
 
     @property
     def frame(self) -> Frame:
@@ -219,20 +269,70 @@ class Interpreter(Expressions, TorchSemantics):
                 return v
         v = st.env.get(name)  # a local, or a comprehension's variable
         if v is not None:
-            return v
+            return self.imported(name, v, st, None) if self.lazy and not (self.caller_unknown or self.definitions) else v
         if not fr.is_module and name in fr.locals:
             return EMPTY
-        v = st.get_attr(GLOBALS, name)
+        v = st.get_attr(fr.globals, name)
         if v is not None:
-            return v
+            return self.imported(name, v, st, fr.globals) if self.lazy and not (self.caller_unknown or self.definitions) \
+                else v
         return self.builtin(name)
+
+    def imported(self, name: str, v, st: State, where):
+        """`v`, or what a name imported from a workspace module is, read from the module the
+        first time the name is used (and bound in its place: the heap object `where` holds the
+        module's globals, None for a local): an import costs nothing until the code analysed
+        touches what it brought."""
+        scope = self.frame.globals if where is None else where
+        for a in v:
+            entry = self.lazy.pop((scope, a), None) if isinstance(a, Ref) else None
+            if entry is not None:  # taken out first: a cycle of imports meets it opaque
+                found = self.import_now(*entry, st)
+                if found is None:  # not a workspace module after all: stays opaque
+                    return v
+                self.lazy[(scope, a)] = entry  # other paths' states still hold the reference
+                if where is None:
+                    st.env[name] = found
+                else:
+                    st.set_attr(where, name, found)
+                return found
+        return v
+
+    def bases_of(self, cls_id, st: State) -> frozenset:
+        """A class's bases, those imported from a workspace module read from it now: a base
+        class matters when a method or the class's kind is looked up, not when it is defined."""
+        bases = st.get_attr(cls_id, "<bases>") or EMPTY
+        scope = self.class_globals.get(cls_id)
+        if not self.lazy or not any(isinstance(b, Ref) and (scope, b) in self.lazy for b in bases):
+            return bases
+        out = []
+        for b in bases:
+            entry = self.lazy.pop((scope, b), None) if isinstance(b, Ref) else None
+            found = self.import_now(*entry, st) if entry is not None else None
+            out.append(found if found is not None else frozenset({b}))
+        resolved = frozenset().union(*out)
+        st.set_attr(cls_id, "<bases>", resolved)
+        return resolved
+
+    def import_now(self, module: str, level: int, importer: str, attr: str | None, st: State):
+        """The namespace of `module` (attr None), or what it binds to `attr` (a submodule, if
+        the module is a package that does not bind it)."""
+        source = self.workspace_module(module, level, st, importer)
+        if source is None or attr is None:
+            return source
+        ns = next(iter(source)).id
+        v = st.get_attr(ns, attr)
+        if v is not None and self.lazy:  # the package's `__init__` imported it in turn
+            v = self.imported(attr, v, st, ns)
+        return v if v is not None else self.workspace_module(f"{module}.{attr}" if module else attr, level, st,
+                                                            importer)
 
     def bind(self, name: str, value, st: State) -> None:
         fr = self.frame
         if fr.class_obj is not None:
             st.set_attr(fr.class_obj.id, name, value)
         elif fr.is_module or name in fr.globals_declared:
-            st.set_attr(GLOBALS, name, value)
+            st.set_attr(fr.globals, name, value)
         else:
             st.env[name] = value
             if MAYBE_UNBOUND in st.env and name in maybe_unbound(st):
@@ -285,19 +385,66 @@ class Interpreter(Expressions, TorchSemantics):
     def stmt_Import(self, s, st):
         for alias in s.names:
             if alias.asname:
-                self.bind(alias.asname, frozenset({Ref(alias.name)}), st)
+                self.bind(alias.asname, self.lazy_import(alias.name, 0, None, alias.name), st)
             else:
                 top = alias.name.split(".")[0]
-                self.bind(top, frozenset({Ref(top)}), st)
+                self.bind(top, self.lazy_import(top, 0, None, top), st)
         return st
 
     def stmt_ImportFrom(self, s, st):
         mod = s.module or ""
         for alias in s.names:
-            if alias.name == "*":
+            dotted = f"{mod}.{alias.name}" if mod else alias.name
+            if alias.name != "*":
+                self.bind(alias.asname or alias.name, self.lazy_import(mod, s.level, alias.name, dotted), st)
                 continue
-            self.bind(alias.asname or alias.name, frozenset({Ref(f"{mod}.{alias.name}" if mod else alias.name)}), st)
+            importer = self.frame.module.path if self.frame.module is not None else self.path
+            for name in self.workspace.exported(importer, mod, s.level) or () if self.workspace is not None else ():
+                self.bind(name, self.lazy_import(mod, s.level, name, f"{mod}.{name}" if mod else name), st)
         return st
+
+    def lazy_import(self, module: str, level: int, attr: str | None, dotted: str):
+        """An opaque reference to the imported name, resolved into the workspace module (if
+        it is one) where the name is first used (see `imported`)."""
+        ref = Ref("." * level + dotted)
+        if self.workspace is not None:
+            importer = self.frame.module.path if self.frame.module is not None else self.path
+            self.lazy[(self.frame.globals, ref)] = (module, level, importer, attr)
+        return frozenset({ref})
+
+    def workspace_module(self, name: str, level: int, st: State, importer: str | None = None):
+        """The namespace of the workspace module an import names, its definitions run once
+        (functions, classes, constants, its own imports; not its other top-level code), or
+        None when the import leads outside the workspace (then it stays opaque)."""
+        if self.workspace is None:
+            return None
+        if importer is None:
+            importer = self.frame.module.path if self.frame.module is not None else self.path
+        module = self.workspace.resolve(importer, name, level)
+        if module is None or module.path == self.own_path:  # the file analysed is not a module of itself
+            return None
+        ns = self.namespaces.get(module.path)
+        if ns is not None:
+            return frozenset({ns})
+        if len(self.namespaces) >= MAX_MODULES or self.importing >= MAX_IMPORT_DEPTH or self.foreign_budget < 0:
+            return None
+        ns = self.namespaces[module.path] = Obj(("<module>", module.path), "namespace")
+        self.facts.add_module(module)
+        st.set_attr(ns.id, "__name__", const(module.name))
+        self.frames.append(Frame(None, (), is_module=True, module=module))
+        self.importing += 1
+        statement, grad = self.statement, st.grad
+        out = st
+        try:
+            for stmt in module.tree.body:
+                if isinstance(stmt, DEFINITIONS):
+                    out = self.exec_stmt(stmt, out) or out
+        finally:
+            self.importing -= 1
+            self.frames.pop()
+            self.statement = statement
+        st.env, st.heap, st.grad = out.env, out.heap, grad  # the importer's state goes on from here
+        return frozenset({ns})
 
     def stmt_Global(self, s, st):
         return st
@@ -308,7 +455,7 @@ class Interpreter(Expressions, TorchSemantics):
         for t in s.targets:
             if isinstance(t, ast.Name):
                 if self.frame.is_module:
-                    st.set_attr(GLOBALS, t.id, EMPTY)
+                    st.set_attr(self.frame.globals, t.id, EMPTY)
                 else:
                     st.env.pop(t.id, None)
             elif isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice) and t.slice.lower is None \
@@ -417,11 +564,20 @@ class Interpreter(Expressions, TorchSemantics):
 
     stmt_TryStar = stmt_Try
 
+    def definition(self, node, st):
+        """A decorator or base class: imports it names are read when the function or class is
+        used (`bases_of`), not when it is defined."""
+        self.definitions += 1
+        try:
+            return self.eval(node, st)
+        finally:
+            self.definitions -= 1
+
     def stmt_FunctionDef(self, s, st):
         kind = "function"
         value = None
         for d in s.decorator_list:
-            dv = self.eval(d, st)
+            dv = self.definition(d, st)
             name = self.dotted(d)
             if name in ("property", "functools.cached_property", "cached_property"):
                 kind = "property"
@@ -437,6 +593,8 @@ class Interpreter(Expressions, TorchSemantics):
                 self.unknown_grad_funcs.add(s)
         if value is None:
             value = frozenset({Func(s, kind=kind)})
+        if self.frame.module is not None:
+            self.defined_in[s] = self.frame.module
         self.bind(s.name, value, st)
         return st
 
@@ -444,12 +602,13 @@ class Interpreter(Expressions, TorchSemantics):
 
     def stmt_ClassDef(self, s, st):
         for d in s.decorator_list:
-            self.eval(d, st)
-        bases = [self.eval(b, st) for b in s.bases]
+            self.definition(d, st)
+        bases = [self.definition(b, st) for b in s.bases]
         cls = Obj(("class", id(s)), "class")
         self.class_nodes[cls.id] = s
+        self.class_globals[cls.id] = self.frame.globals
         st.set_attr(cls.id, "<bases>", frozenset().union(*bases) if bases else EMPTY)
-        frame = Frame(None, self.frame.ctx, class_obj=cls)
+        frame = Frame(None, self.frame.ctx, class_obj=cls, module=self.frame.module)
         frame.is_module = False
         self.frames.append(frame)
         try:
@@ -515,9 +674,7 @@ class Interpreter(Expressions, TorchSemantics):
         widened = False
         stateful = self.stateful_loops.get(s)
         if stateful is None:
-            if self.statefulness is None:
-                self.statefulness = binder.Statefulness(self.source, self.sites)
-            stateful = self.stateful_loops[s] = self.statefulness.touches(s)
+            stateful = self.stateful_loops[s] = self.loop_statefulness(fr.module).touches(s)
         # Inside a loop that is widening every id is a summary: no iteration here can be concrete.
         exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0 and not self.widening
         concrete_rounds = MAX_LOOP_ROUNDS if exact else 0 if self.widening else CONCRETE_ITERATIONS if stateful else 1
@@ -589,12 +746,12 @@ class Interpreter(Expressions, TorchSemantics):
         node = func.node
         self.analysed_funcs.add(node)
         if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH or \
-                (self.budget < 0 and not root):
+                (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             return UNKNOWN  # not followed: its result is unknown (helpers like repackage_hidden detach)
         ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
-        frame = Frame(node, ctx, names=(local, glob))
+        frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))
         grad = False if node in self.no_grad_funcs else None if node in self.unknown_grad_funcs else st.grad
         callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)

@@ -431,7 +431,7 @@ class TorchSemantics:
         """Names (and `self.` attributes) whose values hold the given stale regions here, each
         with the shape a fix must detach: "tensor", or "tuple" (an LSTM's `(h, c)`)."""
         out = []
-        scopes = [("", st.heap.get(GLOBALS, {}) if self.frame.is_module else st.env)]
+        scopes = [("", st.heap.get(self.frame.globals, {}) if self.frame.is_module else st.env)]
         fr = self.frame
         if fr.self_value is not None:
             for obj in objs_of(fr.self_value):
@@ -627,7 +627,7 @@ class TorchSemantics:
             st.set_attr(obj.id, "<nonempty>", const(True))
 
     def super_method(self, sup, name, args, kwargs, st, node):
-        for base in st.get_attr(sup.class_id, "<bases>") or ():
+        for base in self.bases_of(sup.class_id, st):
             if isinstance(base, Obj) and base.kind == "class":
                 found = self.class_lookup(base.id, name, st)
                 if found is not None:

@@ -166,6 +166,7 @@ def join_tensors(a: Tensor, b: Tensor) -> Tensor:
 
 
 MAX_ATOMS = 12
+MAX_OBJS = 32  # objects a value may be before it is just unknown
 MAX_TUPLE_DEPTH = 3
 
 
@@ -212,9 +213,10 @@ def normalize(v: Iterable) -> frozenset:
         rest.add(t)
     out = frozenset(rest)
     if len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
-        keep = {replace(x, sure=frozenset()) if isinstance(x, Tensor) else x
-                for x in out if isinstance(x, (Tensor, Obj))}
-        out = frozenset(keep) | UNKNOWN
+        objs = [x for x in out if isinstance(x, Obj)]
+        keep = [replace(x, sure=frozenset()) for x in out if isinstance(x, Tensor)]
+        # the objects it may be, unless they are too many to follow (then joins would grow without end)
+        out = frozenset(keep + (objs if len(objs) <= MAX_OBJS else [])) | UNKNOWN
     return out
 
 

@@ -15,6 +15,7 @@ from pygls.workspace.position_codec import ServerTextPosition
 from gradguard import verify
 from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.findings import Finding, Related, Span
+from gradguard.workspace import Workspace
 from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
 from gradguard.rules import rule_by_code
 from gradguard.suppress import noqa_edit
@@ -75,10 +76,13 @@ class _Confirmed:
                         for r in diag.related_information or ())
         finding = Finding(str(diag.code), "", "", "", Span(line, 0, line, 0), related,
                           fixes=tuple(fix_from_json(f) for f in planned), predicts=rule.predicts if rule else None)
+        path = self.doc.path or "<string>"
+        workspace = Workspace(None)  # imports resolved from the document's directory, as when it was checked
         try:
             if self.findings is None:
-                self.findings = analyze(self.doc.source)
-            return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings)]
+                self.findings = analyze(self.doc.source, path=path, workspace=workspace)
+            return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings, path=path,
+                                                            workspace=workspace)]
         except (SyntaxError, AnalysisTimeout, ImportError):  # no libcst here: listed as planned
             return planned
 

@@ -3,6 +3,7 @@ and the JSON a diagnostic carries in `data` so code actions need no second analy
 from __future__ import annotations
 
 from lsprotocol import types
+from pygls.uris import from_fs_path
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition, ServerTextRange
 
 from gradguard.findings import Edit, Finding, Fix, Span
@@ -29,8 +30,8 @@ def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionC
     """`span_of` maps a span of the analysed text to the document's (notebook cells)."""
     rule = rule_by_code(finding.code)
     related = [types.DiagnosticRelatedInformation(
-        location=types.Location(uri=uri, range=to_range(codec, lines, span_of(r.span))), message=r.message)
-        for r in finding.related]
+        location=types.Location(uri=uri, range=to_range(codec, lines, span_of(r.span))) if r.span.path is None
+        else _elsewhere(codec, r.span), message=r.message) for r in finding.related]
     return types.Diagnostic(
         range=to_range(codec, lines, span_of(finding.span)),
         message=finding.message,
@@ -42,6 +43,17 @@ def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionC
         data={"version": version, "name": finding.name,
               "fixes": [fix_to_json(f, span_of) for f in finding.fixes]},
     )
+
+
+def _elsewhere(codec: PositionCodec, span: Span) -> types.Location:
+    """A location in an imported module: its lines read from the file, for the client's units."""
+    try:
+        with open(span.path, encoding="utf-8", errors="replace", newline="") as f:
+            lines = f.read().splitlines(keepends=True)
+        rng = to_range(codec, lines, span)
+    except (OSError, IndexError, ValueError):
+        rng = types.Range(types.Position(span.line - 1, span.column), types.Position(span.end_line - 1, span.end_column))
+    return types.Location(uri=from_fs_path(span.path) or span.path, range=rng)
 
 
 def fix_to_json(fix: Fix, span_of=lambda span: span) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from gradguard.api import Checked, check_source
 from gradguard.config import Config, ConfigError, load_config
+from gradguard.workspace import Workspace
 
 
 @dataclass
@@ -37,6 +38,7 @@ class DocState:
     request: tuple | None = None  # the newest text not yet analysed: (version, text, path, on_done, cells)
     worker: asyncio.Task | None = None
     waiters: list = field(default_factory=list)
+    path: str | None = None  # the file, if the document is one: other files may import it
 
 
 class Analyses:
@@ -47,6 +49,9 @@ class Analyses:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-analysis")
         self.settings: dict = {}  # from initializationOptions / didChangeConfiguration
         self._counter = 0
+        # where imports lead, with the open documents' texts: an unsaved change to models.py
+        # is what train.py's analysis reads
+        self.workspace = Workspace()
 
     # ------------------------------------------------------------------ configuration
     def config_for(self, path: str | None) -> tuple[Config, str | None]:
@@ -72,6 +77,9 @@ class Analyses:
         joined notebook's lines to its cells."""
         state = self.docs.setdefault(uri, DocState())
         state.request = (version, text, path, on_done, cells)
+        if path and not cells:
+            state.path = path
+            self.workspace.set_text(path, text)
         if state.worker is None or state.worker.done():
             state.worker = asyncio.ensure_future(self._work(uri, state))
 
@@ -83,7 +91,8 @@ class Analyses:
             state.request = None
             config, problem = self.config_for(path)
             checked = await loop.run_in_executor(
-                self.pool, functools.partial(check_source, text, path or uri, config, cells=cells))
+                self.pool, functools.partial(check_source, text, path or uri, config, cells=cells,
+                                             workspace=self.workspace))
             if self.docs.get(uri) is not state:
                 return  # closed meanwhile
             if state.request is not None:
@@ -111,7 +120,15 @@ class Analyses:
             await waiter
         return state.good
 
+    def importers(self, path: str) -> list[str]:
+        """The open documents whose last analysis read the module at `path`."""
+        key = str(Path(path).resolve())
+        return [uri for uri, state in self.docs.items()
+                if state.good is not None and key in state.good.checked.modules]
+
     def close(self, uri: str) -> None:
         state = self.docs.pop(uri, None)
+        if state is not None and state.path:
+            self.workspace.set_text(state.path, None)
         if state is not None and state.worker is not None:
             state.worker.cancel()

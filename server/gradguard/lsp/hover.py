@@ -8,6 +8,7 @@ graph it carries, and whether an earlier backward freed or an in-place op change
 from __future__ import annotations
 
 import ast
+import os
 
 from gradguard.engine.values import DIRTY, FREED
 from gradguard.facts import Facts, position
@@ -43,7 +44,7 @@ def finding_markdown(f: Finding) -> str:
     if why:
         parts.append(f"**What happens at run time.** {why}")
     if f.related:
-        parts.append("**Where it comes from**\n" + "\n".join(f"- line {r.span.line}: {r.message}" for r in f.related))
+        parts.append("**Where it comes from**\n" + "\n".join(f"- {_where(r.span)}: {r.message}" for r in f.related))
     if f.fixes:
         lines = []
         for fix in f.fixes:
@@ -121,3 +122,7 @@ def _value_markdown(facts: Facts, node) -> str:
         elif possible & t.regions:
             parts.append(f"{text} on some paths only: {_regions_text(facts, possible)}.")
     return "\n\n".join(parts)
+
+
+def _where(span) -> str:
+    return f"line {span.line}" if span.path is None else f"line {span.line} of `{os.path.basename(span.path)}`"

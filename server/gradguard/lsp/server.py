@@ -62,6 +62,11 @@ class GradGuardServer(LanguageServer):
             return
         doc = self.workspace.get_text_document(uri)
         self.analyses.schedule(uri, doc.version, doc.source, _path(uri), self.done)
+        path = _path(uri)
+        for other in self.analyses.importers(path) if path else ():  # they read this module: analyse them again
+            if other != uri and other in self.workspace.text_documents:
+                dep = self.workspace.get_text_document(other)
+                self.analyses.schedule(other, dep.version, dep.source, _path(other), self.done)
 
     def done(self, uri: str, version, checked: Checked, problem: str | None) -> None:
         if problem:
@@ -126,7 +131,8 @@ def _settings(options) -> dict:
     for key in ("gradguard", "settings"):
         if isinstance(options.get(key), dict):
             return _settings(options[key]) if key == "settings" and "gradguard" in options[key] else options[key]
-    return {k: v for k, v in options.items() if k in ("enable", "enabled", "select", "ignore", "severity", "timeout")}
+    return {k: v for k, v in options.items()
+            if k in ("enable", "enabled", "select", "ignore", "severity", "timeout", "followImports", "follow-imports")}
 
 
 @server.feature(types.INITIALIZE)
@@ -143,6 +149,8 @@ def _normalise(settings: dict) -> dict:
     out = dict(settings)
     if "enable" in out:
         out["enabled"] = out.pop("enable")
+    if "followImports" in out:
+        out["follow-imports"] = out.pop("followImports")
     return {k: v for k, v in out.items() if v is not None}
 
 

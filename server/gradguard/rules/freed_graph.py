@@ -135,11 +135,11 @@ for step in range(3):
             root = facts.text(b.root) if b.root is not None else "this value"
             made = f"`{facts.text(first.node)}`"
             if others:
-                by = " and ".join(f"`{facts.text(n)}` on line {n.lineno}" for n in others[:2])
+                by = " and ".join(f"`{facts.text(n)}` on {facts.line(n)}" for n in others[:2])
                 cause = f"which {by} already freed"
             else:
                 cause = "which this backward already freed on the previous iteration"
-            message = (f"`{root}` is backpropagated through the graph of {made} (line {first.node.lineno}), {cause}: "
+            message = (f"`{root}` is backpropagated through the graph of {made} ({facts.line(first.node)}), {cause}: "
                        f"this raises "
                        f"'Trying to backward through the graph a second time'")
             related = [Related(facts.span(n), "the graph is freed here") for n in others[:3]]

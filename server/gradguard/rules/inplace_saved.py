@@ -106,9 +106,9 @@ opt_d.step()
                               key=position)
             names = first.modified or first.saved_names  # what was changed since, when known
             saved = ", ".join(sorted(n if n != "result" else "its output" for n in names)) or "a tensor"
-            what = ", ".join(f"`{facts.text(n)}` (line {n.lineno})" for n in changers[:2]) or "an in-place op"
+            what = ", ".join(f"`{facts.text(n)}` ({facts.line(n)})" for n in changers[:2]) or "an in-place op"
             root = facts.text(b.root) if b.root is not None else "this value"
-            made = f"`{facts.text(first.node)}` (line {first.node.lineno})"
+            made = f"`{facts.text(first.node)}` ({facts.line(first.node)})"
             message = (f"`{root}` is backpropagated through {made}, which saved "
                        f"{saved} for backward; {what} modified it in place since: this raises 'one of the variables "
                        f"needed for gradient computation has been modified by an inplace operation'")

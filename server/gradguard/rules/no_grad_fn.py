@@ -88,7 +88,7 @@ y.backward()  # error
                 continue
             root = facts.text(b.root) if b.root is not None else "this value"
             cuts = sorted(b.cuts, key=position)
-            why = ("its graph is cut at " + ", ".join(f"`{_describe(facts, c)}` (line {c.lineno})" for c in cuts[:3])
+            why = ("its graph is cut at " + ", ".join(f"`{_describe(facts, c)}` ({facts.line(c)})" for c in cuts[:3])
                    if cuts else "nothing on its path requires grad")
             message = (f"`{root}` does not require grad ({why}): this raises 'element 0 of tensors does not "
                        f"require grad and does not have a grad_fn'")

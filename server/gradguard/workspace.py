@@ -1,0 +1,171 @@
+"""Where an import leads inside the user's project: a file to read and parse, never code to run.
+
+`train.py` doing `from utils import detach_state` or `from .models import Net` names a file
+of the workspace; the engine reads it and follows calls into it as it follows calls within
+one file.  An import resolves, as Python's path search would for a script run from its own
+directory or a package of the project, against: for a relative import, the importing file's
+package; otherwise the importing file's directory, then the project root (the directory of
+the `pyproject.toml` the settings came from, else the nearest one above the importing file
+with a project marker) and its `src/`.  What resolves to no file
+there (torch, numpy, an installed package) stays opaque, and no predicting finding rests on
+what an opaque call does.
+
+Modules are parsed once per content: the cache keys on the file's modification time and
+size, so an edited module is read again.  An editor's unsaved text for a module can be given
+(`overlay`), so a change in `models.py` shows in `train.py` before it is saved.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+
+from gradguard.spans import LINE_BREAK, Positions
+
+KEPT = 16  # parsed modules kept for the next analysis (a walk checks neighbours, which import alike)
+MAX_BYTES = 1_000_000  # a module bigger than this stays opaque: its analysis would not fit a file's budget
+
+
+@dataclass(eq=False)
+class Module:
+    """A parsed module of the workspace."""
+
+    name: str  # dotted, as imported
+    path: str
+    source: str
+    tree: ast.Module
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return LINE_BREAK.split(self.source)
+
+    @cached_property
+    def positions(self) -> Positions:
+        return Positions(self.source)
+
+    @cached_property
+    def node_ids(self) -> frozenset:
+        """The ids of the tree's nodes (the tree lives as long as this module): which module a
+        node the engine met belongs to, found without walking the tree again per analysis."""
+        return frozenset(map(id, ast.walk(self.tree)))
+
+
+MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_ALL = re.compile(r"^__all__\s*(?::[^=]*)?=\s*[\[(]([^\])]*)[\])]", re.M)
+_QUOTED = re.compile(r"""["']([A-Za-z_]\w*)["']""")
+_TOP_NAME = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)|^(\w+)\s*(?::[^=\n]*)?=[^=]", re.M)
+_TOP_IMPORT = re.compile(r"^(?:from\s+\S+\s+)?import\s+([\w ,.]+)$", re.M)
+
+
+@lru_cache(maxsize=4096)
+def project_root(directory: Path) -> Path | None:
+    """The nearest directory at or above `directory` that holds a project marker (a
+    `pyproject.toml`, `setup.py`, `setup.cfg` or `.git`): where the project's absolute
+    imports start, as for pyright's execution root."""
+    for d in (directory, *directory.parents):
+        if any((d / m).exists() for m in MARKERS):
+            return d
+    return None
+
+
+class Workspace:
+    def __init__(self, root: str | os.PathLike | None = None, overlay: dict[str, str] | None = None):
+        self.root = Path(root).resolve() if root is not None else None
+        self.overlay = {str(Path(p).resolve()): text for p, text in (overlay or {}).items()}
+        self._parsed: OrderedDict[str, tuple] = OrderedDict()  # path -> (stamp, Module | None), last used last
+        self._found: dict[tuple, Path | None] = {}  # (directory, module, level) -> the file it resolved to
+
+    def set_text(self, path: str, text: str | None) -> None:
+        """The editor's text of an open file (None: closed, read from disk again)."""
+        key = str(Path(path).resolve())
+        if text is None:
+            self.overlay.pop(key, None)
+        else:
+            if key not in self.overlay:
+                self._found.clear()  # a new file may be what an import names
+            self.overlay[key] = text
+
+    def resolve(self, importer: str, module: str, level: int = 0) -> Module | None:
+        """The module `from <level dots><module> import ...` in file `importer` names, or None.
+        Where a name led is remembered (files appearing later are seen after `set_text` or in
+        a new workspace); the module's text is checked for changes on every resolve."""
+        here = Path(importer).parent
+        key = (here, module, level)
+        if key not in self._found:
+            self._found[key] = self._find(here.resolve(), module, level)
+        found = self._found[key]
+        return self._load(found, module) if found is not None else None
+
+    def exported(self, importer: str, module: str, level: int = 0) -> list[str] | None:
+        """The names `from <module> import *` binds, read from the text without parsing it (a
+        package's `__init__` may star-import a hundred modules the file never uses): `__all__`
+        when it is a literal list, else the public names its top level defines or imports.
+        None when the import leads outside the workspace."""
+        here = Path(importer).parent
+        key = (here, module, level)
+        if key not in self._found:
+            self._found[key] = self._find(here.resolve(), module, level)
+        path = self._found[key]
+        if path is None:
+            return None
+        try:
+            text = self.overlay.get(str(path)) or path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        listed = _ALL.search(text)
+        if listed:
+            return _QUOTED.findall(listed.group(1))
+        names = {m.group(1) or m.group(2) for m in _TOP_NAME.finditer(text)}
+        names |= {alias.split(" as ")[-1].strip() for m in _TOP_IMPORT.finditer(text) for alias in m.group(1).split(",")}
+        return sorted(n for n in names if n and n.isidentifier() and not n.startswith("_"))
+
+    def _find(self, here: Path, module: str, level: int) -> Path | None:
+        parts = [p for p in module.split(".") if p]
+        if level:
+            bases = [here.parents[level - 2] if level > 1 else here] if level - 2 < len(here.parents) else []
+        else:
+            root = self.root if self.root is not None else project_root(here)
+            bases = [here] + ([root, root / "src"] if root is not None else [])
+        for base in dict.fromkeys(bases):
+            target = base.joinpath(*parts)
+            for candidate in ((target.with_name(target.name + ".py"),) if parts else ()) + (target / "__init__.py",):
+                if str(candidate.resolve()) in self.overlay or candidate.is_file():
+                    return candidate.resolve()
+        return None
+
+    def _load(self, path: Path, name: str) -> Module | None:
+        key = str(path)
+        text = self.overlay.get(key)
+        try:
+            stat = path.stat() if text is None else None
+        except OSError:
+            return None
+        if text is None and (not path.is_file() or stat.st_size > MAX_BYTES):
+            return None
+        stamp = ("overlay", hash(text)) if text is not None else (stat.st_mtime_ns, stat.st_size)
+        cached = self._parsed.get(key)
+        if cached is not None:
+            self._parsed.move_to_end(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        module = None
+        try:
+            if text is None:
+                from gradguard.api import decode  # the CLI's way of reading a file: cookie, BOM, UTF-8
+                text = decode(path.read_bytes())
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(text, filename=key)
+            module = Module(name, key, text, tree)
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
+            module = None  # unreadable or broken: opaque, like a module without source
+        self._parsed[key] = (stamp, module)
+        if len(self._parsed) > KEPT:  # parsed trees are many objects: the collector walks every one kept
+            self._parsed.popitem(last=False)
+        return module
+

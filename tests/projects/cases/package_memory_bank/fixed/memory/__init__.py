@@ -1,0 +1,3 @@
+from .bank import MemoryBank
+
+__all__ = ["MemoryBank"]
