@@ -119,8 +119,13 @@ def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
     in the function: the object outlives the iteration, and so does the graph it holds."""
     out = []
     for stmt in ast.walk(facts.tree):
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute) \
-                and _carries(facts, stmt.value, regions) and not _read_after(facts, stmt.targets[0], stmt):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target = stmt.targets[0]
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
+            target = target.value  # `self.memory[idx] = ...`: a memory bank written row by row
+        if isinstance(target, ast.Attribute) and _carries(facts, stmt.value, regions) \
+                and not _read_after(facts, target, stmt):
             out.append(stmt)
     return sorted(out, key=position)
 
@@ -671,9 +676,11 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Keep the losses as tensors: `torch.stack` them instead of `{facts.text(wrap, 30)}` "
                              "of their `.item()`",
                              (edit(facts, "stack", wrap), *(edit(facts, "remove_item", i) for i in items))))
-    for func in numpy_round_trips(facts, b)[:1]:
-        fixes.append(Fix(f"Compute `{func.name}` with torch instead of numpy, so its result keeps the graph",
-                         (edit(facts, "to_torch", func),)))
+    ported = numpy_round_trips(facts, b)
+    if ported:
+        names = [f"`{n.name}`" for n in ported if isinstance(n, ast.FunctionDef)] or [f"line {ported[0].lineno}"]
+        fixes.append(Fix(f"Compute {', '.join(names[:2])} with torch instead of numpy, so the loss keeps its graph",
+                         tuple(edit(facts, "to_torch", n) for n in ported)))
     leaves = trainable_leaves(facts, b)
     if leaves:  # all of them: the optimizer is meant to train each one
         fixes.append(Fix("Make " + ", ".join(f"`{name}`" for name, _ in leaves[:3]) + (" ..." if len(leaves) > 3 else "")
@@ -803,19 +810,56 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
 
 
 def numpy_round_trips(facts: Facts, b: Backward) -> list:
-    """Functions the backward's function calls (by name) that take a tensor to numpy
-    (`.numpy()`) and wrap a result back into a tensor (`torch.tensor(...)`): a loss
-    computed with numpy, which carries no graph."""
+    """What computes the loss through numpy, to be written with torch: a function the
+    backward's function calls (by name) that takes a tensor to numpy (`.numpy()`) and wraps
+    its result back (`torch.tensor(...)`); or, when the round trip spans the caller (`p =
+    out.detach().numpy()`, `loss = torch.tensor(f(p, y.numpy()))`), the caller's statements
+    on the loss's path and the numpy functions they call."""
     scope = _function_of(facts, b.node) or facts.tree
     called = {_last_name(c.func) for c in ast.walk(scope) if isinstance(c, ast.Call) and before(c, b.node)}
-    out = []
-    for func in ast.walk(facts.tree):
-        if isinstance(func, ast.FunctionDef) and func.name in called:
-            calls = [c for c in ast.walk(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)]
-            if any(c.func.attr == "numpy" and not c.args for c in calls) \
-                    and any(c.func.attr in K.NUMPY_TO_TORCH.back_to_torch for c in calls):
-                out.append(func)
-    return sorted(out, key=position)
+    functions = {f.name: f for f in ast.walk(facts.tree) if isinstance(f, ast.FunctionDef)}
+    whole = [f for name, f in functions.items() if name in called and _to_numpy(f) and _from_numpy(f)]
+    if whole:
+        return sorted(whole, key=position)
+    if not isinstance(b.root, ast.Name):
+        return []
+    numpy = {a.asname or a.name for n in ast.walk(facts.tree) if isinstance(n, ast.Import) for a in n.names
+             if a.name == "numpy"}
+    wraps = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, b.node) and _from_numpy(a)
+             and any(isinstance(t, ast.Name) and t.id == b.root.id for t in a.targets)]
+    if not wraps:
+        return []
+    path, todo = [], [max(wraps, key=position)]
+    while todo:  # the statements of its block the wrap reads from, back to the tensors
+        stmt = todo.pop()
+        path.append(stmt)
+        block = next((getattr(facts.parents.get(stmt), f) for f in ("body", "orelse")
+                      if stmt in (getattr(facts.parents.get(stmt), f, None) or [])), [])
+        reads = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for earlier in block[:block.index(stmt)]:
+            if isinstance(earlier, ast.Assign) and earlier not in path and earlier not in todo \
+                    and any(isinstance(t, ast.Name) and t.id in reads for t in earlier.targets) \
+                    and (_to_numpy(earlier) or _numpy_calls(earlier, functions, numpy)):
+                todo.append(earlier)
+    helpers = {f for stmt in path for f in _numpy_calls(stmt, functions, numpy)}
+    return sorted([*path, *helpers], key=position) if any(_to_numpy(s) for s in path) else []
+
+
+def _to_numpy(node) -> bool:
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "numpy"
+               and not c.args for c in ast.walk(node))
+
+
+def _from_numpy(node) -> bool:
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and c.func.attr in K.NUMPY_TO_TORCH.back_to_torch for c in ast.walk(node))
+
+
+def _numpy_calls(stmt, functions: dict, numpy: set) -> list:
+    """The file's functions `stmt` calls whose body uses numpy (`np.log`)."""
+    return [functions[c.func.id] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            and c.func.id in functions and any(isinstance(n, ast.Name) and n.id in numpy
+                                               for n in ast.walk(functions[c.func.id]))]
 
 
 def _reads_graph(facts: Facts, expr) -> bool:
