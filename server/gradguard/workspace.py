@@ -28,7 +28,7 @@ from pathlib import Path
 from gradguard.spans import LINE_BREAK, Positions
 
 KEPT = 16  # parsed modules kept for the next analysis (a walk checks neighbours, which import alike)
-MAX_BYTES = 1_000_000  # a module bigger than this stays opaque: its analysis would not fit a file's budget
+MAX_BYTES = 200_000  # a module bigger than this stays opaque: its analysis would not fit a file's budget
 
 
 @dataclass(eq=False)
