@@ -339,3 +339,39 @@ async def test_a_bug_in_an_imported_module_is_reported_where_it_raises(push: Lan
         if await published(push, train) == []:
             break
     assert list(push.diagnostics[train]) == []  # train.py reads the editor's text of features.py
+
+
+async def test_the_server_reports_what_the_command_line_reports(push: LanguageClient):
+    """Every corpus case and test program, opened in the server, gets the diagnostics the
+    command line prints for the same file: same codes, ranges and messages."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from corpus_support import CORPUS, manifest
+    from pygls.uris import from_fs_path
+
+    programs = sorted((Path(__file__).parent / "programs" / "cases").glob("*.py"))
+    files = [CORPUS / c["file"] for c in manifest()] + programs
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--format", "json",
+                           *map(str, files)], capture_output=True, text=True)
+    cli: dict = {}
+    for r in json.loads(proc.stdout):
+        cli.setdefault(str(Path(r["path"]).resolve()), set()).add((r["code"], r["line"] - 1, r["column"] - 1,
+                                                                   r["message"]))
+    for path in files:
+        uri = from_fs_path(str(path.resolve()))
+        push.diagnostics.pop(uri, None)
+        push.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=path.read_text())))
+
+        async def published():
+            while uri not in push.diagnostics:
+                await push.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+            return push.diagnostics[uri]
+        served = {(d.code, d.range.start.line, d.range.start.character, d.message)
+                  for d in await asyncio.wait_for(published(), 30)}
+        assert served == cli.get(str(path.resolve()), set()), path.name
+        push.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))

@@ -160,3 +160,4 @@ async def test_fix_all_command_applies_the_fixes_through_the_editor(client: Lang
     text = apply_edits(TWO_FIXES, workspace_edits(edit, uri))
     changed = [line for line in text.splitlines(keepends=True) if line not in TWO_FIXES.splitlines(keepends=True)]
     assert changed == fixed
+
