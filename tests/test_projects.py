@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from corpus_support import assert_torch_agrees, expectation, run_oracle
-from gradguard.api import check_file
+from gradguard.api import check_file, check_source
 from gradguard.cache import Cache, check_cached
 from gradguard.config import Config
 from gradguard.rules import ALL_RULES
@@ -54,6 +54,16 @@ def test_follow_imports_false_analyses_the_file_alone():
     config = Config(follow_imports=False)
     result = check_file(HERE / "cases" / "block_inplace" / "crash" / "train.py", config)
     assert result.findings == [] and result.modules == ()
+
+
+def test_a_text_that_is_no_file_follows_no_import(monkeypatch):
+    """An editor's untitled document has no directory: its imports must not resolve against
+    the directory the server happens to run in."""
+    project = HERE / "cases" / "block_inplace" / "crash"
+    monkeypatch.chdir(project)
+    text = (project / "train.py").read_text()
+    assert [f.code for f in check_source(text, "train.py", Config()).findings] == ["GG002"]
+    assert check_source(text, "untitled:Untitled-1", Config()).findings == []
 
 
 def test_the_cli_prints_the_module_location(tmp_path):

@@ -152,7 +152,10 @@ class Interpreter(Expressions, TorchSemantics):
         now = time.monotonic()
         self.imports_deadline = min((now + deadline) / 2, now + IMPORTS_SECONDS) if deadline is not None else None
         self.own_path = os.path.realpath(path) if workspace is not None else path
-        self.workspace = workspace  # a workspace.Workspace: where imports lead (None: every import is opaque)
+        # a workspace.Workspace: where imports lead (None: every import is opaque, as for a text
+        # that is no file, such as an editor's untitled document: its imports would resolve
+        # against whatever directory the process runs in)
+        self.workspace = workspace if workspace is not None and os.path.isfile(path) else None
         self.defined_in: dict = {}  # function node of a workspace module -> that module
         self.namespaces: dict = {}  # path of a workspace module -> its namespace object, once loaded
         self.statefulness_of: dict = {}  # path of a workspace module -> its binder.Statefulness
