@@ -6,7 +6,7 @@ Starts `python -m gradguard lsp` over stdio, opens a ~2,000-line training script
 default the corpus cases joined into one module: real training code with real bugs) and
 measures how long until the diagnostics for that version arrive; then makes N small edits
 (a number changed inside the file, one keystroke each, waiting for each version's
-diagnostics) and reports p50/p95.  The same run times `ast.parse` and the analysis of the
+diagnostics) and reports p50/p95, and the server's peak resident memory (Linux).  The same run times `ast.parse` and the analysis of the
 text in this process as baselines, so the figures can be read as ratios on any machine.
 It only reports: timings depend on the machine.
 """
@@ -171,10 +171,20 @@ async def measure(text: str, edits: int) -> dict:
                 range=types.Range(start=types.Position(line=row, character=col),
                                   end=types.Position(line=row, character=col + 1)), text=digit)]))
         latencies.append(await until(version) - sent)
+    peak = _peak_memory(client._server.pid) if client._server is not None else None
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    return {"open": opened, "edits": latencies}
+    return {"open": opened, "edits": latencies, "peak": peak}
+
+
+def _peak_memory(pid: int) -> int | None:
+    """The server process's peak resident memory in bytes (Linux `VmHWM`), None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def main() -> int:
@@ -207,6 +217,8 @@ def report(text: str, edits: int) -> None:
     print(f"open -> diagnostics {result['open'] * ms:6.1f} ms  ({result['open'] / parse:.1f}x ast.parse)")
     print(f"edit -> diagnostics p50 {p50 * ms:6.1f} ms  ({p50 / parse:.1f}x ast.parse)   "
           f"p95 {p95 * ms:6.1f} ms  ({p95 / parse:.1f}x)   over {len(result['edits'])} edits")
+    if result["peak"] is not None:
+        print(f"server peak memory {result['peak'] / 2**20:6.1f} MB (goal: at most 150 MB)")
 
 
 if __name__ == "__main__":
