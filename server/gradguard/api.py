@@ -89,11 +89,8 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         result.error = f"{path}: syntax error: source contains a null byte"
         return result
     try:
-        if not config.follow_imports:
-            workspace = None
-        elif workspace is None:
-            workspace = project_workspace(config)
-        findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout, workspace=workspace)
+        findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout,
+                                     workspace=workspace_for(config, workspace))
         result.modules = tuple(m.path for m in result.facts.modules) if result.facts is not None else ()
     except SyntaxError as exc:
         result.error = f"{result.where(exc.lineno or 1, exc.offset or 1)}: syntax error: {_one_line(exc.msg)}"
@@ -136,11 +133,15 @@ def _workspace(root: Path | None) -> Workspace:
     return Workspace(root)
 
 
-def project_workspace(config: Config) -> Workspace:
-    """The workspace of the project whose pyproject.toml `config` came from (imports then
-    resolve from the project root too), else of the checked file's directory alone; one per
-    root and process, so a module imported by many files is parsed once."""
-    return _workspace(config.source.parent if config.source is not None else None)
+def workspace_for(config: Config, workspace: Workspace | None = None) -> Workspace | None:
+    """Where a check under `config` follows imports: nowhere with `follow-imports = false`;
+    else `workspace` (the language server's, which has the open documents' texts), or the
+    workspace of the project whose pyproject.toml `config` came from (imports then resolve
+    from the project root too), else of the checked file's directory alone, one per root and
+    process, so a module imported by many files is parsed once."""
+    if not config.follow_imports:
+        return None
+    return workspace if workspace is not None else _workspace(config.source.parent if config.source else None)
 
 
 def decode(data: bytes) -> str:

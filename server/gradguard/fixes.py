@@ -232,9 +232,7 @@ def _may_be_none(facts: Facts, read: ast.expr) -> bool:
         node = parent
     for guard in ast.walk(_function_of(facts, read) or facts.tree):
         if isinstance(guard, ast.If) and before(guard, read) and read not in set(ast.walk(guard)) \
-                and isinstance(guard.test, ast.Compare) and len(guard.test.ops) == 1 \
-                and isinstance(guard.test.ops[0], ast.Is) and facts.text(guard.test.left, 200) == text \
-                and isinstance(guard.test.comparators[0], ast.Constant) and guard.test.comparators[0].value is None \
+                and _none_test(facts, guard.test, text) is True \
                 and any(isinstance(a, ast.Assign) and any(facts.text(t, 200) == text for t in a.targets)
                         for a in guard.body):
             return False

@@ -92,20 +92,22 @@ def _keys(source: str, findings: list[Finding], every: bool = False) -> Counter:
     return Counter(_key(source, f) for f in findings if every or f.predicts)
 
 
-def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 20) -> tuple[str, list[str]]:
+def fix_all(source: str, path: str, config, unsafe: bool = False, rounds: int = 20,
+            workspace=None) -> tuple[str, list[str]]:
     """`source` with the preferred confirmed fix of each reported finding applied, one at a
     time (each fix moves the text the next one is planned on), and the titles applied.
-    Only safe fixes unless `unsafe`; a finding whose preferred fix is not allowed is left."""
-    from gradguard.api import check_source, project_workspace  # the findings as reported: settings and noqa applied
+    Only safe fixes unless `unsafe`; a finding whose preferred fix is not allowed is left.
+    Imports are followed as `check_source` follows them (`workspace`: the server's)."""
+    from gradguard.api import check_source, workspace_for  # the findings as reported: settings and noqa applied
 
+    workspace = workspace_for(config, workspace)
     done: list[str] = []
     skipped: set = set()
     for _ in range(rounds):
-        result = check_source(source, path, config)
+        result = check_source(source, path, config, workspace=workspace)
         if result.error:
             break
         candidates = [f for f in result.findings if f.fixes and _key(source, f) not in skipped]
-        workspace = project_workspace(config) if config.follow_imports else None
         # unfiltered by settings: what a fix must not add
         everything = analyze(source, path=path, workspace=workspace) if candidates else []
         for finding in candidates:

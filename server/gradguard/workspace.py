@@ -94,23 +94,23 @@ class Workspace:
         """The module `from <level dots><module> import ...` in file `importer` names, or None.
         Where a name led is remembered (files appearing later are seen after `set_text` or in
         a new workspace); the module's text is checked for changes on every resolve."""
+        found = self._located(importer, module, level)
+        return self._load(found, module) if found is not None else None
+
+    def _located(self, importer: str, module: str, level: int) -> Path | None:
+        """The file the import names, found once per directory, module and level."""
         here = Path(importer).parent
         key = (here, module, level)
         if key not in self._found:
             self._found[key] = self._find(here.resolve(), module, level)
-        found = self._found[key]
-        return self._load(found, module) if found is not None else None
+        return self._found[key]
 
     def exported(self, importer: str, module: str, level: int = 0) -> list[str] | None:
         """The names `from <module> import *` binds, read from the text without parsing it (a
         package's `__init__` may star-import a hundred modules the file never uses): `__all__`
         when it is a literal list, else the public names its top level defines or imports.
         None when the import leads outside the workspace."""
-        here = Path(importer).parent
-        key = (here, module, level)
-        if key not in self._found:
-            self._found[key] = self._find(here.resolve(), module, level)
-        path = self._found[key]
+        path = self._located(importer, module, level)
         if path is None:
             return None
         try:

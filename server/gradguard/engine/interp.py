@@ -260,6 +260,11 @@ class Interpreter(Expressions, TorchSemantics):
     def frame(self) -> Frame:
         return self.frames[-1]
 
+    @property
+    def current_file(self) -> str:
+        """The file whose code runs now: a workspace module's, or the one analysed."""
+        return self.frame.module.path if self.frame.module is not None else self.path
+
     def key(self, node) -> tuple:
         return (self.frame.ctx, id(node))
 
@@ -272,14 +277,19 @@ class Interpreter(Expressions, TorchSemantics):
                 return v
         v = st.env.get(name)  # a local, or a comprehension's variable
         if v is not None:
-            return self.imported(name, v, st, None) if self.lazy and not (self.caller_unknown or self.definitions) else v
+            return self.imported(name, v, st, None) if self.reads_imports else v
         if not fr.is_module and name in fr.locals:
             return EMPTY
         v = st.get_attr(fr.globals, name)
         if v is not None:
-            return self.imported(name, v, st, fr.globals) if self.lazy and not (self.caller_unknown or self.definitions) \
-                else v
+            return self.imported(name, v, st, fr.globals) if self.reads_imports else v
         return self.builtin(name)
+
+    @property
+    def reads_imports(self) -> bool:
+        """Whether a name's use now reads the workspace module it was imported from: not while
+        a decorator or base class is evaluated, nor in a function no module-level code called."""
+        return bool(self.lazy) and not (self.caller_unknown or self.definitions)
 
     def imported(self, name: str, v, st: State, where):
         """`v`, or what a name imported from a workspace module is, read from the module the
@@ -288,18 +298,25 @@ class Interpreter(Expressions, TorchSemantics):
         touches what it brought."""
         scope = self.frame.globals if where is None else where
         for a in v:
-            entry = self.lazy.pop((scope, a), None) if isinstance(a, Ref) else None
-            if entry is not None:  # taken out first: a cycle of imports meets it opaque
-                found = self.import_now(*entry, st)
-                if found is None:  # not a workspace module after all: stays opaque
-                    return v
-                self.lazy[(scope, a)] = entry  # other paths' states still hold the reference
+            found = self.resolve_import(scope, a, st)
+            if found is not None:
                 if where is None:
                     st.env[name] = found
                 else:
                     st.set_attr(where, name, found)
                 return found
         return v
+
+    def resolve_import(self, scope, atom, st: State):
+        """What the lazily imported reference `atom`, bound in the globals `scope`, stands for
+        in the workspace; None if it is no such reference or leads outside the workspace."""
+        entry = self.lazy.pop((scope, atom), None) if isinstance(atom, Ref) else None
+        if entry is None:  # taken out while resolved: a cycle of imports meets it opaque
+            return None
+        found = self.import_now(*entry, st)
+        if found is not None:
+            self.lazy[(scope, atom)] = entry  # other paths' states still hold the reference
+        return found
 
     def bases_of(self, cls_id, st: State) -> frozenset:
         """A class's bases, those imported from a workspace module read from it now: a base
@@ -308,12 +325,7 @@ class Interpreter(Expressions, TorchSemantics):
         scope = self.class_globals.get(cls_id)
         if not self.lazy or not any(isinstance(b, Ref) and (scope, b) in self.lazy for b in bases):
             return bases
-        out = []
-        for b in bases:
-            entry = self.lazy.pop((scope, b), None) if isinstance(b, Ref) else None
-            found = self.import_now(*entry, st) if entry is not None else None
-            out.append(found if found is not None else frozenset({b}))
-        resolved = frozenset().union(*out)
+        resolved = frozenset().union(*(self.resolve_import(scope, b, st) or frozenset({b}) for b in bases))
         st.set_attr(cls_id, "<bases>", resolved)
         return resolved
 
@@ -401,8 +413,7 @@ class Interpreter(Expressions, TorchSemantics):
             if alias.name != "*":
                 self.bind(alias.asname or alias.name, self.lazy_import(mod, s.level, alias.name, dotted), st)
                 continue
-            importer = self.frame.module.path if self.frame.module is not None else self.path
-            for name in self.workspace.exported(importer, mod, s.level) or () if self.workspace is not None else ():
+            for name in self.workspace.exported(self.current_file, mod, s.level) or () if self.workspace else ():
                 self.bind(name, self.lazy_import(mod, s.level, name, f"{mod}.{name}" if mod else name), st)
         return st
 
@@ -411,8 +422,7 @@ class Interpreter(Expressions, TorchSemantics):
         it is one) where the name is first used (see `imported`)."""
         ref = Ref("." * level + dotted)
         if self.workspace is not None:
-            importer = self.frame.module.path if self.frame.module is not None else self.path
-            self.lazy[(self.frame.globals, ref)] = (module, level, importer, attr)
+            self.lazy[(self.frame.globals, ref)] = (module, level, self.current_file, attr)
         return frozenset({ref})
 
     def workspace_module(self, name: str, level: int, st: State, importer: str | None = None):
@@ -421,9 +431,7 @@ class Interpreter(Expressions, TorchSemantics):
         None when the import leads outside the workspace (then it stays opaque)."""
         if self.workspace is None:
             return None
-        if importer is None:
-            importer = self.frame.module.path if self.frame.module is not None else self.path
-        module = self.workspace.resolve(importer, name, level)
+        module = self.workspace.resolve(importer or self.current_file, name, level)
         if module is None or module.path == self.own_path:  # the file analysed is not a module of itself
             return None
         ns = self.namespaces.get(module.path)
