@@ -14,8 +14,9 @@ from pygls.workspace.position_codec import ServerTextPosition
 
 from gradguard import verify
 from gradguard.analysis import AnalysisTimeout, analyze
+from gradguard.api import workspace_for
+from gradguard.config import Config
 from gradguard.findings import Finding, Related, Span
-from gradguard.workspace import Workspace
 from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
 from gradguard.rules import rule_by_code
 from gradguard.suppress import noqa_edit
@@ -30,16 +31,17 @@ def _wanted(kind: str, only) -> bool:
     return not only or any(kind == k or kind.startswith(k + ".") for k in only)
 
 
-def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: bool, config=None) \
-        -> list[types.CodeAction]:
+def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: bool, config=None,
+                 workspace=None) -> list[types.CodeAction]:
+    """`workspace`: where the server follows imports (with the open documents' texts)."""
     only = params.context.only
     out = []
     if config is not None and only and _wanted(FIX_ALL, only):  # asked for by name only, as on save
-        fix_all = fix_all_action(doc, config)
+        fix_all = fix_all_action(doc, config, workspace)
         out += [fix_all] if fix_all is not None else []
     if not _wanted(types.CodeActionKind.QuickFix, only):
         return out
-    confirmed = _Confirmed(doc)
+    confirmed = _Confirmed(doc, workspace_for(config or Config(), workspace))
     for diag in params.context.diagnostics:
         if diag.source != "gradguard" or not isinstance(diag.data, dict):
             continue
@@ -61,8 +63,9 @@ class _Confirmed:
     notebook cell is only part of what was analysed, a diagnostic of another version has
     moved, and without libcst no fix can be built: their fixes are listed as planned."""
 
-    def __init__(self, doc: TextDocument):
+    def __init__(self, doc: TextDocument, workspace):
         self.doc = doc
+        self.workspace = workspace  # imports followed as when the document was checked
         self.findings = None
 
     def fixes(self, diag: types.Diagnostic) -> list[dict]:
@@ -77,12 +80,11 @@ class _Confirmed:
         finding = Finding(str(diag.code), "", "", "", Span(line, 0, line, 0), related,
                           fixes=tuple(fix_from_json(f) for f in planned), predicts=rule.predicts if rule else None)
         path = self.doc.path or "<string>"
-        workspace = Workspace(None)  # imports resolved from the document's directory, as when it was checked
         try:
             if self.findings is None:
-                self.findings = analyze(self.doc.source, path=path, workspace=workspace)
+                self.findings = analyze(self.doc.source, path=path, workspace=self.workspace)
             return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings, path=path,
-                                                            workspace=workspace)]
+                                                            workspace=self.workspace)]
         except (SyntaxError, AnalysisTimeout, ImportError):  # no libcst here: listed as planned
             return planned
 
@@ -105,14 +107,15 @@ def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:
     return action
 
 
-def fix_all_action(doc: TextDocument, config) -> types.CodeAction | None:
+def fix_all_action(doc: TextDocument, config, workspace=None) -> types.CodeAction | None:
     """`source.fixAll.gradguard`: every safe fix, as `fix_all_edit` makes them."""
-    made = fix_all_edit(doc, config)
+    made = fix_all_edit(doc, config, workspace=workspace)
     return None if made is None else types.CodeAction(title=f"GradGuard: fix all ({made[1]} safe)", kind=FIX_ALL,
                                                       edit=made[0])
 
 
-def fix_all_edit(doc: TextDocument, config, unsafe: bool = False) -> tuple[types.WorkspaceEdit, int] | None:
+def fix_all_edit(doc: TextDocument, config, unsafe: bool = False,
+                 workspace=None) -> tuple[types.WorkspaceEdit, int] | None:
     """Every safe fix the engine confirms (unsafe ones too if `unsafe`), applied one at a time
     (`gradguard check --fix`), as one edit of the whole document, and how many fixes it makes;
     None when there is nothing to fix, or for a notebook cell (only part of what is analysed)."""
@@ -120,7 +123,7 @@ def fix_all_edit(doc: TextDocument, config, unsafe: bool = False) -> tuple[types
         return None
     source = doc.source
     try:
-        fixed, titles = verify.fix_all(source, doc.path or doc.uri, config, unsafe=unsafe)
+        fixed, titles = verify.fix_all(source, doc.path or doc.uri, config, unsafe=unsafe, workspace=workspace)
     except ImportError:  # no libcst in this interpreter: the server already says how to install it
         return None
     if not titles:

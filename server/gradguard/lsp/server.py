@@ -225,7 +225,7 @@ def code_action(ls: GradGuardServer, params: types.CodeActionParams):
         return []
     doc = ls.workspace.get_text_document(params.text_document.uri)
     config, _ = ls.analyses.config_for(doc.path)
-    return actions.code_actions(doc, params, ls.resolvable, config)
+    return actions.code_actions(doc, params, ls.resolvable, config, ls.analyses.workspace)
 
 
 @server.feature(types.CODE_ACTION_RESOLVE)
@@ -249,7 +249,7 @@ async def apply_fix_all(ls: GradGuardServer, target=None):
     if target.get("version") is not None and target["version"] != doc.version:
         return {"applied": 0, "reason": "the document changed since the command was given"}
     config, _ = ls.analyses.config_for(doc.path)
-    made = actions.fix_all_edit(doc, config, unsafe=bool(target.get("unsafe")))
+    made = actions.fix_all_edit(doc, config, unsafe=bool(target.get("unsafe")), workspace=ls.analyses.workspace)
     if made is None:
         return {"applied": 0, "reason": "nothing to fix"}
     edit, count = made
