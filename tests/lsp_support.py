@@ -9,6 +9,8 @@ from pathlib import Path
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
+from gradguard.spans import split_lines
+
 REPO = Path(__file__).resolve().parents[1]
 SERVER = ClientServerConfig(
     server_command=[sys.executable, "-m", "gradguard", "lsp"],
@@ -27,8 +29,9 @@ def utf16_offset(line: str, character: int) -> int:
 
 
 def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
-    """Apply non-overlapping TextEdits (UTF-16 positions), last first, as an editor does."""
-    lines = text.splitlines(keepends=True)
+    """Apply non-overlapping TextEdits (UTF-16 positions), last first, as an editor does
+    (lines end at \n, \r\n and \r only, as LSP says)."""
+    lines = split_lines(text)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))

@@ -63,11 +63,27 @@ def test_merged_editor_settings():
 
 
 def test_editor_settings_names_reach_the_configuration():
-    from gradguard.lsp.server import _normalise, _settings
+    from gradguard.lsp.settings import parse
 
-    settings = _normalise(_settings({"gradguard": {"followImports": False, "enable": True}}))
+    settings = parse({"gradguard": {"followImports": False, "enable": True}})
     assert settings == {"follow-imports": False, "enabled": True}
     assert not Config().merged(settings).follow_imports
+
+
+def test_diagnostic_mode_is_the_servers_own_setting():
+    """`diagnosticMode` is no `[tool.gradguard]` key: it never reaches the configuration, and a
+    bad value is one line in the log and the default."""
+    from gradguard.lsp.settings import mode, parse
+
+    logged: list[str] = []
+    assert parse({"gradguard": {"diagnosticMode": "workspace", "select": ["GG0"]}}) == {"select": ["GG0"]}
+    assert mode({"gradguard": {"diagnosticMode": "workspace"}}, logged.append) == "workspace"
+    assert mode({"diagnosticMode": "workspace"}, logged.append) == "workspace"  # flat, as Neovim may send it
+    assert mode({"gradguard": {"diagnosticMode": None}}, logged.append) == "openFilesOnly"
+    assert mode(None, logged.append) == "openFilesOnly" and logged == []
+    assert mode({"gradguard": {"diagnosticMode": "everything"}}, logged.append) == "openFilesOnly"
+    [line] = logged
+    assert "diagnosticMode" in line and "'everything'" in line and "\n" not in line
 
 
 @pytest.mark.parametrize("table, key", [
@@ -110,3 +126,34 @@ def test_explicit_config_file(tmp_path):
     assert load_config_file(write(tmp_path / "plain.toml", "")) == Config(source=(tmp_path / "plain.toml").resolve())
     with pytest.raises(ConfigError, match="no such file"):
         load_config_file(tmp_path / "missing.toml")
+
+
+def test_adoption_keys_and_their_defaults(tmp_path):
+    write(tmp_path / "pyproject.toml", """
+[tool.gradguard]
+respect-gitignore = false
+force-exclude = true
+per-file-ignores = { "tests/**" = ["gg1"], "scripts/*.py" = ["ALL"] }
+""")
+    config = load_config(tmp_path)
+    assert not config.respect_gitignore and config.force_exclude
+    assert dict(config.per_file_ignores) == {"tests/**": {"GG1"}, "scripts/*.py": {"ALL"}}
+    assert Config().respect_gitignore and not Config().force_exclude and Config().per_file_ignores == ()
+    test_file = str(tmp_path / "tests" / "unit" / "test_x.py")
+    assert not config.selects("GG101", test_file) and config.selects("GG001", test_file)
+    assert not config.selects("GG001", str(tmp_path / "scripts" / "s.py"))
+    assert config.selects("GG001", str(tmp_path / "scripts" / "deep" / "s.py"))  # `*` stops at `/`
+    assert config.selects("GG101")  # no path: per-file-ignores do not apply
+
+
+@pytest.mark.parametrize("table", ['respect-gitignore = "no"', "force-exclude = 1"])
+def test_adoption_switches_are_booleans(tmp_path, table):
+    write(tmp_path / "pyproject.toml", f"[tool.gradguard]\n{table}\n")
+    with pytest.raises(ConfigError, match="must be true or false"):
+        load_config(tmp_path)
+
+
+def test_an_opt_in_rule_runs_only_when_select_names_it():
+    assert not Config().selects("GG100") and not Config(select=frozenset({"GG1"})).selects("GG100")
+    assert Config(select=frozenset({"ALL", "GG100"})).selects("GG100")
+    assert not Config(select=frozenset({"GG100"}), ignore=frozenset({"GG100"})).selects("GG100")

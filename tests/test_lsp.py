@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
+from pathlib import Path
 
 import pytest
 import pytest_lsp
@@ -252,6 +254,31 @@ async def test_notebook_cells_are_analysed_together(notebook_client: LanguageCli
     assert "GG001" in hover.contents.value
 
 
+async def test_notebook_cells_with_ipython_lines_and_related_locations_in_other_cells(
+        notebook_client: LanguageClient):
+    """Magics, shell commands and help lines are not Python, the rest of their cells is; the
+    places a finding names are in the cells they are in, and its message names those cells."""
+    nb = "file:///tmp/gradguard-lsp-test/magic.ipynb"
+    cells = ["%matplotlib inline\nimport torch\nx = torch.randn(4, requires_grad=True)\n",
+             "%%capture\ny = torch.sigmoid(x)\n",
+             "y?\nfiles = !ls\ny.relu_()\n",
+             "t = %timeit -o y.sum()\ny.sum().backward()\n"]
+    uris = [f"vscode-notebook-cell:/tmp/gradguard-lsp-test/magic.ipynb#C{i}" for i in range(4)]
+    notebook_client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(uri=nb, notebook_type="jupyter-notebook", version=1, cells=[
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
+                             for u, t in zip(uris, cells)]))
+    [diag] = await published(notebook_client, uris[3])
+    assert (diag.code, diag.range.start.line, diag.range.start.character) == ("GG002", 1, 0)
+    assert "(line 2 of cell 2)" in diag.message and "(line 3 of cell 3)" in diag.message
+    assert [(r.location.uri, r.location.range.start.line, r.location.range.start.character)
+            for r in diag.related_information] == [(uris[2], 2, 0), (uris[1], 1, 4)]
+    hover = await notebook_client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uris[3]), position=types.Position(line=1, character=3)))
+    assert "- line 3 of cell 3: modified in place here" in hover.contents.value
+
+
 async def test_notebook_cells_are_pushed_even_to_pulling_clients(pull: LanguageClient):
     """VS Code does not pull notebook cells' diagnostics: they are pushed, and a pull for a
     cell answers with nothing, so nothing shows twice."""
@@ -375,3 +402,235 @@ async def test_the_server_reports_what_the_command_line_reports(push: LanguageCl
         assert served == cli.get(str(path.resolve()), set()), path.name
         push.text_document_did_close(types.DidCloseTextDocumentParams(
             text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+async def test_fix_all_leaves_a_program_without_findings(pull: LanguageClient):
+    """Every finding has a safe fix here: the one source action's edit leaves nothing to report."""
+    text = ("import torch\n"
+            "w = torch.randn(3, requires_grad=True)\n"
+            "for step in range(3):\n"
+            "    loss = (w * torch.randn(3)).sum()\n"
+            "    loss.backward()\n"
+            "    w -= 0.1 * w.grad\n"
+            "    w.grad = None\n")
+    opened(pull, text)
+    params = types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=URI))
+    assert (await pull.text_document_diagnostic_async(params)).items
+    [action] = await pull.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        context=types.CodeActionContext(diagnostics=[], only=["source.fixAll"])))  # the parent kind asks too
+    assert action.kind == "source.fixAll.gradguard"
+    changed(pull, apply_edits(text, workspace_edits(action.edit, URI)), 2)
+    assert list((await pull.text_document_diagnostic_async(params)).items) == []
+
+
+async def test_quick_fix_titles_start_with_the_rule_code(push: LanguageClient):
+    opened(push, BUGGY)
+    [diag] = await published(push)
+    actions = await push.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+    assert actions and all(a.title.startswith("GG001: ") for a in actions), [a.title for a in actions]
+    assert "retain_graph=True" in next(a.title for a in actions if a.is_preferred)
+
+
+async def test_a_form_feed_shifts_no_position(push: LanguageClient):
+    """A form feed (a line break to str.splitlines, not to LSP or Python) in a comment before
+    the bug: the squiggle, an incremental change and the noqa action all land on LSP's lines."""
+    text = ("import torch\n"
+            "# part one\f part two\n"
+            "x = torch.randn(3, requires_grad=True)\n"
+            "loss = (x.exp() * 2).sum()\n"
+            "loss.backward()\n"
+            "y = 1\n"
+            "loss.backward()  # raises\n")
+    opened(push, text)
+    [diag] = await published(push)
+    assert (diag.range.start, diag.range.end) == (types.Position(line=6, character=0),
+                                                  types.Position(line=6, character=15))
+    actions = await push.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+    [noqa] = [a for a in actions if "noqa" in a.title]
+    suppressed = apply_edits(text, workspace_edits(noqa.edit, URI))
+    assert suppressed.split("\n")[6] == "loss.backward()  # raises  # noqa: GG001"
+    push.text_document_did_change(types.DidChangeTextDocumentParams(  # as VS Code sends it: a range of line 6
+        text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(start=types.Position(line=6, character=0), end=types.Position(line=6, character=15)),
+            text="pass")]))
+    assert await published(push) == []  # the second backward is gone: the server's text is the editor's
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def bare(lsp_client: LanguageClient):
+    """A client the test initializes itself (workspace folders of its own)."""
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _folder(path) -> types.WorkspaceFolder:
+    from pygls.uris import from_fs_path
+
+    return types.WorkspaceFolder(uri=from_fs_path(str(path)), name=path.name)
+
+
+async def test_workspace_diagnostics_cover_the_files_that_are_not_open(bare: LanguageClient, tmp_path):
+    """workspace/diagnostic with diagnosticMode "workspace" (a window setting): a crashing file
+    nobody opened is reported, an open one from the editor's text, an excluded one not; a file
+    that did not change is not analysed again (its result id stays): it is reported unchanged."""
+    from pygls.uris import from_fs_path
+
+    (tmp_path / "pyproject.toml").write_text('[tool.gradguard]\nexclude = ["generated"]\n')
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "generated").mkdir()
+    (tmp_path / "generated" / "old.py").write_text(BUGGY)
+    (tmp_path / "edited.py").write_text(CLEAN)
+    train, edited = from_fs_path(str(tmp_path / "train.py")), from_fs_path(str(tmp_path / "edited.py"))
+    bare.set_configuration({"diagnosticMode": "workspace"}, section="gradguard")
+    result = await bare.initialize_session(types.InitializeParams(
+        capabilities=pulling_capabilities(), workspace_folders=[_folder(tmp_path)]))
+    assert result.capabilities.diagnostic_provider.workspace_diagnostics
+    # vscode-languageclient registers each server command as an editor command: a name the
+    # extension's manifest also contributes would make the extension fail to start
+    manifest = json.loads((Path(__file__).resolve().parents[1] / "package.json").read_text())
+    contributed = {c["command"] for c in manifest["contributes"]["commands"]}
+    assert not contributed & set(result.capabilities.execute_command_provider.commands)
+    opened(bare, BUGGY, uri=edited)  # the editor's text crashes, the file on disk does not
+
+    report = await bare.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[]))
+    items = {item.uri: item for item in report.items}
+    assert set(items) == {train, edited}
+    assert [d.code for d in items[train].items] == ["GG001"] and items[train].version is None
+    assert [d.code for d in items[edited].items] == ["GG001"] and items[edited].version == 1
+
+    again = await bare.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[
+        types.PreviousResultId(uri=uri, value=item.result_id) for uri, item in items.items()]))
+    assert {item.kind for item in again.items} == {"unchanged"}
+
+    (tmp_path / "train.py").write_text(CLEAN + "\n")  # fixed on disk
+    report = await bare.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[
+        types.PreviousResultId(uri=uri, value=item.result_id) for uri, item in items.items()]))
+    fresh = {item.uri: item for item in report.items}
+    assert fresh[train].kind == "full" and list(fresh[train].items) == []
+
+    bare.set_configuration({"diagnosticMode": "openFilesOnly"}, section="gradguard")
+    bare.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    report = await bare.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[
+        types.PreviousResultId(uri=item.uri, value=item.result_id) for item in fresh.values()]))
+    assert [(item.uri, item.kind, list(item.items)) for item in report.items] == [(train, "full", [])], \
+        "back to openFilesOnly: what the client holds of the files not open is cleared"
+
+
+async def test_workspace_diagnostics_are_opt_in(bare: LanguageClient, tmp_path):
+    """diagnosticMode "openFilesOnly" (the default): a pull walks and analyses nothing (VS Code pulls
+    every two seconds); "check workspace" still checks every file, and the pulls that follow
+    answer with what it found until the file is opened; a closed document is reported empty."""
+    from pygls.uris import from_fs_path
+
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")  # cannot be decoded: analysing it logs why
+    (tmp_path / "edited.py").write_text(CLEAN)
+    train, edited = from_fs_path(str(tmp_path / "train.py")), from_fs_path(str(tmp_path / "edited.py"))
+    await bare.initialize_session(types.InitializeParams(
+        capabilities=pulling_capabilities(), workspace_folders=[_folder(tmp_path)]))
+
+    def pull_ws(*held):
+        return bare.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[
+            types.PreviousResultId(uri=item.uri, value=item.result_id) for item in held]))
+    assert list((await pull_ws()).items) == []
+    await asyncio.sleep(0.3)
+    assert not any("latin.py" in m.message for m in bare.log_messages), "nothing was analysed"
+
+    summary = await bare.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="gradguard.runWorkspaceCheck"))
+    assert summary == {"files": 3, "findings": 1, "errors": 1}
+    assert any("latin.py" in m.message for m in bare.log_messages)
+    assert bare.diagnostic_refresh_count == 1
+    items = {item.uri: item for item in (await pull_ws()).items}
+    assert [d.code for d in items[train].items] == ["GG001"] and list(items[edited].items) == []
+    assert {item.kind for item in (await pull_ws(*items.values())).items} == {"unchanged"}
+
+    opened(bare, BUGGY, uri=edited)  # the document pull reports it now
+    assert edited not in {item.uri for item in (await pull_ws(*items.values())).items}
+    bare.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=edited)))
+    cleared = {item.uri: item for item in (await pull_ws(*items.values())).items}
+    assert cleared[edited].kind == "full" and list(cleared[edited].items) == []
+    assert cleared[train].kind == "unchanged"
+
+
+async def test_check_workspace_publishes_the_files_that_are_not_open(bare: LanguageClient, tmp_path):
+    """A client that does not pull workspace diagnostics gets them pushed by the command."""
+    from pygls.uris import from_fs_path
+
+    (tmp_path / "train.py").write_text(BUGGY)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    await bare.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities("neovim@v0.7.0"), workspace_folders=[_folder(tmp_path)]))
+    summary = await bare.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="gradguard.runWorkspaceCheck"))
+    assert summary == {"files": 3, "findings": 1, "errors": 1}
+    assert [d.code for d in bare.diagnostics[from_fs_path(str(tmp_path / "train.py"))]] == ["GG001"]
+    assert list(bare.diagnostics[from_fs_path(str(tmp_path / "clean.py"))]) == []
+
+
+async def test_settings_per_workspace_folder(bare: LanguageClient, tmp_path):
+    """Two folders, two settings: workspace/configuration is asked with each document's URI."""
+    from pygls.uris import from_fs_path
+
+    source = BUGGY + "w = torch.zeros(2, requires_grad=True)\nw += 1\n"  # GG001 and GG003
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "train.py").write_text(source)
+    bare.set_configuration({"ignore": ["GG001"]}, section="gradguard", scope_uri=from_fs_path(str(a)))
+    bare.set_configuration({"ignore": ["GG003"]}, section="gradguard", scope_uri=from_fs_path(str(b)))
+    await bare.initialize_session(types.InitializeParams(
+        capabilities=pulling_capabilities(), workspace_folders=[_folder(a), _folder(b)],
+        initialization_options={"gradguard": {"select": ["GG1"]}}))  # not used: the client answers
+
+    async def codes(folder) -> list[str]:
+        uri = from_fs_path(str(folder / "train.py"))
+        report = await bare.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        return [d.code for d in report.items]
+    for folder in (a, b):
+        opened(bare, source, uri=from_fs_path(str(folder / "train.py")))
+    assert await codes(a) == ["GG003"]
+    assert await codes(b) == ["GG001"]
+
+    bare.set_configuration({}, section="gradguard", scope_uri=from_fs_path(str(a)))
+    bare.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+    await asyncio.sleep(0.3)
+    assert await codes(a) == ["GG001", "GG003"]  # asked again after the change
+    assert await codes(b) == ["GG001"]
+
+
+async def test_a_uri_with_an_escape_is_served(pull: LanguageClient):
+    """`file:///my%20project/...` as VS Code sends it: pulled diagnostics, code actions, hover."""
+    uri = "file:///tmp/gradguard%20lsp%20test/train.py"
+    opened(pull, BUGGY, uri=uri)
+    report = await pull.text_document_diagnostic_async(types.DocumentDiagnosticParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    [diag] = report.items
+    assert diag.code == "GG001"
+    actions = await pull.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+    assert any(a.is_preferred for a in actions)
+
+
+async def test_closing_a_document_wakes_a_request_waiting_for_its_analysis():
+    """A pull (or hover, or the workspace walk) waiting for an analysis that a close cancels
+    answers at once instead of never."""
+    from gradguard.lsp.documents import Analyses
+
+    analyses = Analyses(debounce=30)  # the close comes while the analysis waits to start
+    analyses.schedule(URI, 1, BUGGY, None, lambda *_: None)
+    waiting = asyncio.ensure_future(analyses.settled(URI))
+    await asyncio.sleep(0.05)
+    analyses.close(URI)
+    assert await asyncio.wait_for(waiting, 5) is None

@@ -127,12 +127,14 @@ def test_vsix_contents(vsix):
     names = set(zipfile.ZipFile(vsix).namelist())
     assert "extension/package.json" in names
     assert "extension/client/dist/extension.js" in names
+    assert {"extension/LICENSE.txt", "extension/client/images/icon.png"} <= names  # vsce renames LICENSE
     assert "extension/client/bundled/libs/gradguard/lsp/server.py" in names
     assert "extension/client/bundled/libs/pygls/__init__.py" in names
     assert not [n for n in names if n.startswith("extension/client/bundled/libs/libcst")]  # the environment's
     assert not [n for n in names if "/src/" in n or "node_modules" in n or n.endswith((".pyc", ".so"))]
     manifest = json.loads(zipfile.ZipFile(vsix).read("extension/package.json"))
     assert manifest["main"] == "./client/dist/extension.js"
+    assert manifest["icon"] == "client/images/icon.png" and manifest["license"] == "MIT"
 
 
 def test_client_unit_tests(npm_ready, tmp_path):

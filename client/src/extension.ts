@@ -18,7 +18,7 @@ import { chooseInterpreter, type InterpreterChoice } from "./interpreter";
 import { type Action, commandLine, decide, type Launch, type Notice, PROBE, probeOutcome, type ProbeOutcome } from "./launch";
 import { DOCUMENT_SELECTOR, VSCODE_SELECTOR } from "./selector";
 import { TraceChannel } from "./trace";
-import { changeEffect, type Explicit, explicitValue, initializationOptions, SERVER_KEYS } from "./settings";
+import { changeEffect, configurationAnswer, type Explicit, explicitValue, initializationOptions, SERVER_KEYS } from "./settings";
 
 const PYTHON_EXTENSION = "ms-python.python";
 const RULE_SCHEME = "gradguard-rule";
@@ -65,8 +65,10 @@ class GradGuard {
             vscode.commands.registerCommand("gradguard.showLogs", () => this.log.show()),
             vscode.commands.registerCommand("gradguard.fixAll", () => this.fixAll(false)),
             vscode.commands.registerCommand("gradguard.fixAllUnsafe", () => this.fixAll(true)),
+            vscode.commands.registerCommand("gradguard.checkWorkspace", () => this.checkWorkspace()),
             vscode.commands.registerCommand("gradguard.showRuleDocumentation",
                 (code?: unknown) => this.showRuleDocumentation(typeof code === "string" ? code : undefined)),
+            vscode.commands.registerCommand("gradguard.explainTraceback", () => this.explainTraceback()),
             vscode.workspace.registerTextDocumentContentProvider(RULE_SCHEME, {
                 onDidChange: this.ruleChanges.event,
                 provideTextDocumentContent: (uri) => this.rules.get(uri.path.replace(/^\/|\.md$/g, "")) ?? "",
@@ -103,12 +105,13 @@ class GradGuard {
         return vscode.workspace.workspaceFolders?.[0]?.uri;
     }
 
-    private config(): vscode.WorkspaceConfiguration {
-        return vscode.workspace.getConfiguration("gradguard", this.resource());
+    private config(resource?: vscode.Uri): vscode.WorkspaceConfiguration {
+        return vscode.workspace.getConfiguration("gradguard", resource ?? this.resource());
     }
 
-    private explicitSettings(): Explicit {
-        const config = this.config();
+    /** The settings set at `resource` (a document: its folder's win), by default the first folder's. */
+    private explicitSettings(resource?: vscode.Uri): Explicit {
+        const config = this.config(resource);
         const out: Explicit = {};
         for (const key of SERVER_KEYS) {
             const value = explicitValue(config.inspect(key));
@@ -211,6 +214,13 @@ class GradGuard {
             traceOutputChannel: this.trace,  // gradguard.trace.server turns it on (see trace.ts)
             initializationOptions: initializationOptions(this.explicitSettings()),
             diagnosticPullOptions: { onChange: true, onSave: true },
+            middleware: {
+                workspace: {
+                    // Settings per document's folder (multi-root), only those the user set.
+                    configuration: (params, token, next) => configurationAnswer(params.items,
+                        (scope) => this.explicitSettings(scope ? vscode.Uri.parse(scope) : undefined)) ?? next(params, token),
+                },
+            },
             connectionOptions: { maxRestartCount: 4 },
             initializationFailedHandler: (error) => {
                 this.log.error(`the server failed to initialize: ${String(error)}`);
@@ -379,6 +389,29 @@ class GradGuard {
         }
     }
 
+    /** Check every Python file of the workspace folders (`gradguard.checkWorkspace`): the findings
+     *  go to the Problems panel, which is shown, and the counts to the status bar. */
+    private async checkWorkspace(): Promise<void> {
+        const client = this.client;
+        if (!client) {
+            void vscode.window.showWarningMessage("GradGuard: the server is not running: nothing checked");
+            return;
+        }
+        try {
+            const answer = await vscode.window.withProgress(
+                { location: vscode.ProgressLocation.Window, title: "GradGuard: checking the workspace" },
+                () => client.sendRequest(ExecuteCommandRequest.type, { command: "gradguard.runWorkspaceCheck", arguments: [] }),
+            ) as { files?: number; findings?: number; errors?: number } | null;
+            const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+            void vscode.window.setStatusBarMessage(`GradGuard: ${plural(answer?.files ?? 0, "file")} checked, ` +
+                `${plural(answer?.findings ?? 0, "finding")}` +
+                (answer?.errors ? `, ${plural(answer.errors, "file")} not checked (see GradGuard: Show Logs)` : ""), 8000);
+            await vscode.commands.executeCommand("workbench.actions.view.problems");
+        } catch (error) {
+            void vscode.window.showErrorMessage(`GradGuard: check workspace failed: ${error instanceof Error ? error.message : String(error)}`);
+        }
+    }
+
     private async showRuleDocumentation(code?: string): Promise<void> {
         try {
             let chosen = code ?? this.codeAtCursor();
@@ -393,16 +426,55 @@ class GradGuard {
                 }
                 chosen = pick.label;
             }
-            this.rules.set(chosen, await this.runGradguard(["rule", chosen]));
-            const uri = vscode.Uri.from({ scheme: RULE_SCHEME, path: `/${chosen}.md` });
-            this.ruleChanges.fire(uri);
-            try {
-                await vscode.commands.executeCommand("markdown.showPreview", uri);
-            } catch {
-                await vscode.window.showTextDocument(await vscode.workspace.openTextDocument(uri), { preview: true });
-            }
+            await this.showMarkdown(chosen, await this.runGradguard(["rule", chosen]));
         } catch (error) {
             void vscode.window.showErrorMessage(`GradGuard: no rule documentation: ${error instanceof Error ? error.message : String(error)}`);
+        }
+    }
+
+    /** A markdown page (a rule's documentation, a traceback's explanation) in the preview. */
+    private async showMarkdown(name: string, markdown: string): Promise<void> {
+        this.rules.set(name, markdown);
+        const uri = vscode.Uri.from({ scheme: RULE_SCHEME, path: `/${name}.md` });
+        this.ruleChanges.fire(uri);
+        try {
+            await vscode.commands.executeCommand("markdown.showPreview", uri);
+        } catch {
+            await vscode.window.showTextDocument(await vscode.workspace.openTextDocument(uri), { preview: true });
+        }
+    }
+
+    /** Explain a PyTorch error from its traceback: the text selected in the editor (a log file),
+     *  else the clipboard's, else what is typed into an input box. The server finds the files it
+     *  names and answers with markdown whose links open the causes (`gradguard.explain`). */
+    private async explainTraceback(): Promise<void> {
+        if (!this.client) {
+            void vscode.window.showWarningMessage("GradGuard: the server is not running: nothing explained");
+            return;
+        }
+        const editor = vscode.window.activeTextEditor;
+        let text = editor && !editor.selection.isEmpty ? editor.document.getText(editor.selection) : "";
+        text ||= await vscode.env.clipboard.readText();
+        if (!/Error|Traceback/.test(text)) {
+            text = await vscode.window.showInputBox({
+                prompt: "The error to explain (or copy the whole traceback, then run this command again)",
+                placeHolder: "RuntimeError: Trying to backward through the graph a second time ...",
+            }) ?? "";
+            if (!text) {
+                return;
+            }
+        }
+        try {
+            const answer = await this.client.sendRequest(ExecuteCommandRequest.type, {
+                command: "gradguard.explain", arguments: [{ text }],
+            }) as { markdown?: string; error?: string } | null;
+            if (!answer?.markdown) {
+                void vscode.window.showWarningMessage(`GradGuard: ${answer?.error ?? "no explanation"}`);
+                return;
+            }
+            await this.showMarkdown("traceback", answer.markdown);
+        } catch (error) {
+            void vscode.window.showErrorMessage(`GradGuard: explain failed: ${error instanceof Error ? error.message : String(error)}`);
         }
     }
 }

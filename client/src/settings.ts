@@ -29,7 +29,7 @@ export function explicitValue<T>(inspected: Inspected<T> | undefined): T | undef
 }
 
 /** The settings that reach the server (`initializationOptions` and `workspace/didChangeConfiguration`). */
-export const SERVER_KEYS = ["enable", "select", "ignore", "severity", "timeout", "followImports"] as const;
+export const SERVER_KEYS = ["enable", "select", "ignore", "severity", "timeout", "followImports", "diagnosticMode"] as const;
 /** The settings that decide which process runs: a change restarts the server. */
 export const RESTART_KEYS = ["interpreter", "importStrategy"] as const;
 
@@ -43,7 +43,12 @@ export interface ServerSettings {
     severity?: Record<string, string>;
     timeout?: number;
     followImports?: boolean;
+    diagnosticMode?: DiagnosticMode;
 }
+
+/** Which files the Problems panel covers: the open ones (workspace diagnostics are empty), or every file. */
+export const DIAGNOSTIC_MODES = ["openFilesOnly", "workspace"] as const;
+export type DiagnosticMode = (typeof DIAGNOSTIC_MODES)[number];
 
 const SEVERITIES = new Set(["error", "warning", "info", "hint"]);
 
@@ -87,12 +92,36 @@ export function serverSettings(explicit: Explicit): ServerSettings {
     if (typeof explicit.followImports === "boolean") {
         out.followImports = explicit.followImports;
     }
+    if ((DIAGNOSTIC_MODES as readonly unknown[]).includes(explicit.diagnosticMode)) {
+        out.diagnosticMode = explicit.diagnosticMode as DiagnosticMode;
+    }
     return out;
 }
 
 /** `initializationOptions`, and the `settings` of `workspace/didChangeConfiguration`: `{"gradguard": {...}}`. */
 export function initializationOptions(explicit: Explicit): { gradguard: ServerSettings } {
     return { gradguard: serverSettings(explicit) };
+}
+
+/** One item of a `workspace/configuration` request. */
+export interface ConfigurationItem {
+    scopeUri?: string;
+    section?: string;
+}
+
+/**
+ * The answer to the server's `workspace/configuration` request, which asks for the "gradguard"
+ * section with a document's URI as scope (a multi-root window has settings per folder):
+ * `explicitAt(scopeUri)` gives the settings set for that scope, cleaned as `serverSettings`
+ * cleans them, so defaults never override pyproject.toml.  Undefined when an item asks for
+ * anything else: vscode-languageclient's own answer serves it.
+ */
+export function configurationAnswer(items: ConfigurationItem[],
+    explicitAt: (scopeUri: string | undefined) => Explicit): ServerSettings[] | undefined {
+    if (!items.every((item) => item.section === "gradguard")) {
+        return undefined;
+    }
+    return items.map((item) => serverSettings(explicitAt(item.scopeUri)));
 }
 
 export type ChangeEffect = "restart" | "reconfigure" | "none";

@@ -28,7 +28,9 @@ test("activation, entry point and commands", () => {
     assert.equal(manifest.main, "./client/dist/extension.js");
     const titles = manifest.contributes.commands.map((c: { category: string; title: string }) => `${c.category}: ${c.title}`);
     assert.deepEqual(titles, ["GradGuard: Restart Server", "GradGuard: Show Logs", "GradGuard: Show Rule Documentation",
-        "GradGuard: Fix All in This File", "GradGuard: Fix All in This File, Unsafe Fixes Included"]);
+        "GradGuard: Explain a Traceback",
+        "GradGuard: Fix All in This File", "GradGuard: Fix All in This File, Unsafe Fixes Included",
+        "GradGuard: Check Workspace"]);
     const source = fs.readFileSync(path.join(root, "client", "src", "extension.ts"), "utf8");
     for (const c of manifest.contributes.commands) {
         assert.ok(source.includes(`"${c.command}"`), c.command);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { changeEffect, explicitValue, initializationOptions, serverSettings } from "../src/settings";
+import { changeEffect, configurationAnswer, explicitValue, initializationOptions, serverSettings } from "../src/settings";
 
 test("only explicitly set values count, the most specific level winning", () => {
     assert.equal(explicitValue({ defaultValue: true }), undefined);
@@ -18,11 +18,11 @@ test("nothing set: the server gets an empty gradguard object, so pyproject.toml 
 test("every server setting reaches initializationOptions under the gradguard key", () => {
     assert.deepEqual(initializationOptions({
         enable: false, select: ["GG0", "gg101"], ignore: [" GG103 "], severity: { GG101: "info" }, timeout: 2.5,
-        followImports: false,
+        followImports: false, diagnosticMode: "workspace",
     }), {
         gradguard: {
             enable: false, select: ["GG0", "GG101"], ignore: ["GG103"], severity: { GG101: "info" }, timeout: 2.5,
-            followImports: false,
+            followImports: false, diagnosticMode: "workspace",
         },
     });
 });
@@ -30,7 +30,9 @@ test("every server setting reaches initializationOptions under the gradguard key
 test("empty lists and objects, nulls and wrong types are left out", () => {
     assert.deepEqual(serverSettings({
         enable: "yes", select: [], ignore: ["", "  "], severity: {}, timeout: null, followImports: "no",
+        diagnosticMode: "everything",
     }), {});
+    assert.deepEqual(serverSettings({ diagnosticMode: null }), {});
     assert.deepEqual(serverSettings({ timeout: 0 }), {});
     assert.deepEqual(serverSettings({ timeout: -1 }), {});
     assert.deepEqual(serverSettings({ timeout: Number.NaN }), {});
@@ -52,9 +54,32 @@ test("interpreter and import strategy restart the server; rule settings are sent
     assert.equal(changeEffect(only("gradguard.interpreter")), "restart");
     assert.equal(changeEffect(only("gradguard.importStrategy")), "restart");
     assert.equal(changeEffect(only("gradguard.select", "gradguard.interpreter")), "restart");
-    for (const key of ["enable", "select", "ignore", "severity", "timeout", "followImports"]) {
+    for (const key of ["enable", "select", "ignore", "severity", "timeout", "followImports", "diagnosticMode"]) {
         assert.equal(changeEffect(only(`gradguard.${key}`)), "reconfigure", key);
     }
     assert.equal(changeEffect(only("gradguard.trace.server")), "none");
     assert.equal(changeEffect(only("python.analysis.typeCheckingMode")), "none");
+});
+
+test("workspace/configuration is answered per scope, with the settings set there only", () => {
+    const perFolder: Record<string, Record<string, unknown>> = {
+        "file:///ws/a/train.py": { ignore: ["gg001"], enable: true },
+        "file:///ws/b/train.py": { select: [], severity: { GG003: "warning" } },
+    };
+    const asked: (string | undefined)[] = [];
+    const answer = configurationAnswer([
+        { scopeUri: "file:///ws/a/train.py", section: "gradguard" },
+        { scopeUri: "file:///ws/b/train.py", section: "gradguard" },
+        { section: "gradguard" },
+    ], (scope) => {
+        asked.push(scope);
+        return scope ? perFolder[scope] : {};
+    });
+    assert.deepEqual(answer, [{ ignore: ["GG001"], enable: true }, { severity: { GG003: "warning" } }, {}]);
+    assert.deepEqual(asked, ["file:///ws/a/train.py", "file:///ws/b/train.py", undefined]);
+});
+
+test("a request for any other section is left to the language client", () => {
+    assert.equal(configurationAnswer([{ section: "python" }, { section: "gradguard" }], () => ({})), undefined);
+    assert.equal(configurationAnswer([{ scopeUri: "file:///x.py" }], () => ({})), undefined);
 });

@@ -13,7 +13,9 @@ from gradguard.engine import binder
 from gradguard.engine.interp import AnalysisTimeout, ImportsTooSlow, Interpreter
 from gradguard.facts import Facts
 from gradguard.findings import Finding
+from gradguard.notebook import Cells
 from gradguard.rules import ALL_RULES
+from gradguard.rules.base import FindingsRule
 
 __all__ = ["AnalysisTimeout", "analyze", "parse", "run"]
 
@@ -34,13 +36,14 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
 
 
 def run(source: str, *, path: str = "<string>", deadline: float | None = None,
-        workspace=None) -> tuple[list[Finding], Facts | None]:
+        workspace=None, cells: Cells = ()) -> tuple[list[Finding], Facts | None]:
     """Findings and the facts behind them (the language server's hover reads the facts);
     facts are None for a file with nothing to analyse.  A finding is reported in the file
-    analysed; one whose line is in an imported module is that module's to report."""
+    analysed; one whose line is in an imported module is that module's to report.  `cells`:
+    where a notebook's cells start in `source`, for the lines messages name."""
     tree = parse(source, path)
     if not binder.worth_analysing(source):
-        return [], None
+        return _with_findings_rules(source, []), None
     if binder.BACKWARD.search(source) is None:
         # The errors predicted here surface at a backward of this file; a file without one (a
         # library module) gains little from its imports, which would cost as much as itself.
@@ -52,9 +55,18 @@ def run(source: str, *, path: str = "<string>", deadline: float | None = None,
             facts = Interpreter(source, tree, deadline, path=path).run()
     except RecursionError:
         raise AnalysisTimeout("nesting too deep to analyse") from None
+    facts.cells = cells
     findings: dict = {}
     for rule_cls in ALL_RULES:
-        for f in rule_cls().check(facts):
-            if f.span.path is None:
-                findings.setdefault((f.span, f.code), f)
-    return sorted(findings.values(), key=lambda f: (f.span.line, f.span.column, f.code)), facts
+        if not issubclass(rule_cls, FindingsRule):
+            for f in rule_cls().check(facts):
+                if f.span.path is None:
+                    findings.setdefault((f.span, f.code), f)
+    return _with_findings_rules(source, list(findings.values())), facts
+
+
+def _with_findings_rules(source: str, findings: list[Finding]) -> list[Finding]:
+    """`findings` and those of the rules about them (GG100: unused noqa), sorted by position."""
+    findings += [f for rule_cls in ALL_RULES if issubclass(rule_cls, FindingsRule)
+                 for f in rule_cls().check_findings(source, findings)]
+    return sorted(findings, key=lambda f: (f.span.line, f.span.column, f.code))

@@ -5,22 +5,18 @@ decode, a syntax error, a notebook that is not JSON, an analysis that runs out o
 in the engine) into a one-line `FileResult.error`, so the command line and the language
 server never crash on a file and never print a traceback.
 
-Notebooks (`.ipynb`) are analysed as one module: their code cells joined in order, so a
-value made in one cell and misused in a later one is still seen.  Each finding's lines are
-mapped back to a cell; the cell number counts every cell of the notebook from 1, markdown
-cells included, as a person counts them on screen.
+Notebooks (`.ipynb`) are analysed as one module, their code cells joined in order (see
+`gradguard.notebook`); each finding's lines are mapped back to a cell.
 """
 from __future__ import annotations
 
-import fnmatch
 import functools
 import io
-import json
 import os
 import time
 import tokenize
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +24,9 @@ from gradguard.analysis import AnalysisTimeout, run
 from gradguard.config import Config
 from gradguard.facts import Facts
 from gradguard.findings import FileResult
-from gradguard.suppress import is_suppressed, noqa_map
+from gradguard.ignore import Ignores, patterns
+from gradguard.notebook import Cells, locate, notebook_source
+from gradguard.suppress import Noqa
 from gradguard.workspace import Workspace
 
 SUFFIXES = (".py", ".ipynb")
@@ -36,8 +34,6 @@ SUFFIXES = (".py", ".ipynb")
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox",
                        ".mypy_cache", ".pytest_cache", "node_modules", "site-packages",
                        ".ipynb_checkpoints", ".gradguard_cache", ".ruff_cache"})
-# Cell magics whose body is Python: the body is checked, the magic line is not.
-PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture")
 
 
 @dataclass
@@ -45,16 +41,13 @@ class Checked(FileResult):
     """A `FileResult` plus what is needed to show it: the kind of error, the notebook cells."""
 
     internal: bool = False  # `error` is a bug in GradGuard, not a problem of the file
-    cells: tuple[tuple[int, int], ...] = ()  # notebook: (first line in the joined text, cell number)
+    cells: Cells = ()  # notebook: (first line in the joined text, cell number)
     facts: Facts | None = None  # what the findings rest on (the language server's hover reads it)
     modules: tuple[str, ...] = ()  # paths of the workspace modules the analysis read (its imports)
 
     def locate(self, line: int) -> tuple[int | None, int]:
         """(cell number, line in the cell) of a line of the analysed text; no cell for a .py file."""
-        for start, cell in reversed(self.cells):
-            if line >= start:
-                return cell, line - start + 1
-        return None, line
+        return locate(self.cells, line)
 
     def where(self, line: int, column: int) -> str:
         """`path:line:column` (both as given), or `path:cell N:line:column` in a notebook."""
@@ -77,7 +70,7 @@ def display_path(path: str) -> str:
     return path if rel.startswith(os.pardir) else rel
 
 
-def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int, int], ...] = (),
+def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
                  workspace: Workspace | None = None) -> Checked:
     """Analyse `text` within `config.timeout` seconds and keep the findings `config` selects;
     imports of the project's own modules are followed (`workspace`, by default the one of
@@ -90,7 +83,7 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         return result
     try:
         findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout,
-                                     workspace=workspace_for(config, workspace))
+                                     workspace=workspace_for(config, workspace), cells=cells)
         result.modules = tuple(m.path for m in result.facts.modules) if result.facts is not None else ()
     except SyntaxError as exc:
         result.error = f"{result.where(exc.lineno or 1, exc.offset or 1)}: syntax error: {_one_line(exc.msg)}"
@@ -100,10 +93,10 @@ def check_source(text: str, path: str, config: Config, *, cells: tuple[tuple[int
         result.error = f"{path}: internal error: {_describe(exc)}"
         result.internal = True
     else:
-        noqa = noqa_map(text) if findings else {}
+        noqa = Noqa(text) if findings else None
         result.findings = [finding.with_severity(config.severity.get(finding.code, finding.severity))
-                           for finding in findings
-                           if config.selects(finding.code) and not is_suppressed(finding, noqa)]
+                           for finding in findings if config.selects(finding.code, path)
+                           and (noqa is None or noqa.covering(finding) is None)]
     return result
 
 
@@ -146,133 +139,69 @@ def workspace_for(config: Config, workspace: Workspace | None = None) -> Workspa
 
 def decode(data: bytes) -> str:
     """Source bytes as text, the way Python reads them: PEP 263 coding cookie, BOM, else UTF-8."""
+    return data.decode(_encoding(data))
+
+
+def encode(text: str, like: bytes) -> bytes:
+    """`text` in the encoding the source bytes `like` are in (a file written back after an edit)."""
+    return text.encode(_encoding(like))
+
+
+def _encoding(data: bytes) -> str:
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return data.decode(encoding)
+    return encoding
 
 
-def notebook_source(data: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
-    """The code cells of a notebook as one module, and where each cell starts in it.
-
-    IPython lines (`%magic`, `!shell`) become `pass` at the same indentation so line numbers
-    and blocks stay intact; a cell run by a non-Python cell magic (`%%bash`) is left out, and
-    so is every cell of a notebook whose kernel is not Python.  Raises ValueError (or
-    TypeError, for cells of the wrong type) when the bytes are not a notebook.
-    """
-    notebook = json.loads(data)
-    cells = _get(notebook, "cells")
-    if not isinstance(cells, list):
-        raise ValueError("no list of cells")
-    language = _get(notebook, "metadata", "kernelspec", "language") or \
-        _get(notebook, "metadata", "language_info", "name") or "python"
-    if str(language).lower() != "python":
-        return "", ()
-    code = []
-    for number, cell in enumerate(cells, 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell.get("source", "")
-        code.append((number, "".join(source) if isinstance(source, list) else str(source)))
-    return join_cells(code)
-
-
-def join_cells(cells: Iterable[tuple[int, str]]) -> tuple[str, tuple[tuple[int, int], ...]]:
-    """Code cells `(number, text)` as one module, and where each cell starts in it (the
-    language server joins the cells an editor sends the same way)."""
-    lines: list[str] = []
-    starts = []
-    for number, text in cells:
-        cell_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        if cell_lines[-1] == "":
-            cell_lines.pop()
-        if cell_lines and cell_lines[0].startswith("%%") and not cell_lines[0].startswith(PYTHON_CELL_MAGICS):
-            continue
-        if cell_lines:
-            starts.append((len(lines) + 1, number))
-            lines.extend(_without_magic(line) if starts_line else line
-                         for line, starts_line in zip(cell_lines, _logical_line_starts(cell_lines)))
-    return "".join(line + "\n" for line in lines), tuple(starts)
-
-
-def iter_python_files(paths: Iterable[str | os.PathLike], config: Config | None = None) -> Iterator[Path]:
+def iter_python_files(paths: Iterable[str | os.PathLike],
+                      config: Config | Callable[[Path], Config] | None = None) -> Iterator[Path]:
     """Each file to check once, in a stable order: given files as they are, directories walked.
 
-    A walk takes `*.py` and `*.ipynb`, and passes over `SKIP_DIRS` and whatever matches a
-    `config.exclude` pattern (by name, or by path relative to the pyproject.toml's directory).
+    `config`: the settings, or a function giving those of a directory (`config.Configs`: each
+    directory is walked with its own project's `exclude` and `respect-gitignore`).  A walk takes
+    `*.py` and `*.ipynb` and passes over `SKIP_DIRS`, what matches an `exclude` pattern and
+    what git ignores.  A path named in `paths` is always taken, unless `force-exclude` is set
+    and a walk from its project (or git) root would have passed over it.
     """
-    config = config or Config()
+    if callable(config):
+        config_for = config
+    else:
+        fixed = config or Config()
+
+        def config_for(directory: Path) -> Config:
+            return fixed
+    ignores = Ignores()
     seen = set()
     for given in map(Path, paths):
-        for path in _walk(given, config) if given.is_dir() else [given]:
+        real = given.resolve()
+        if _passed_over(real, given.is_dir(), config_for(real.parent), ignores, forced=True):
+            continue
+        for path in _walk(given, config_for, ignores) if given.is_dir() else [given]:
             if path not in seen:
                 seen.add(path)
                 yield path
 
 
-def _walk(root: Path, config: Config) -> Iterator[Path]:
+def _walk(root: Path, config_for: Callable[[Path], Config], ignores: Ignores) -> Iterator[Path]:
+    real_root = root.resolve()
     for directory, dirnames, filenames in os.walk(root):
+        real = real_root / os.path.relpath(directory, root)  # resolved once, at the root
+        config = config_for(real)
         dirnames[:] = sorted(d for d in dirnames
-                             if d not in SKIP_DIRS and not _excluded(Path(directory, d), config))
+                             if d not in SKIP_DIRS and not _passed_over(real / d, True, config, ignores))
         for filename in sorted(filenames):
-            path = Path(directory, filename)
-            if path.suffix in SUFFIXES and not _excluded(path, config):
-                yield path
+            if Path(filename).suffix in SUFFIXES and not _passed_over(real / filename, False, config, ignores):
+                yield Path(directory, filename)
 
 
-def _excluded(path: Path, config: Config) -> bool:
-    if not config.exclude:
+def _passed_over(path: Path, is_dir: bool, config: Config, ignores: Ignores, forced: bool = False) -> bool:
+    """Whether a walk skips `path` (absolute), an entry of a directory it is in; `forced`: a
+    path named on the command line, skipped only with `force-exclude` (its directories decided too)."""
+    if forced and not config.force_exclude:
         return False
-    names = [path.name]
-    if config.source is not None:
-        try:
-            names.append(path.resolve().relative_to(config.source.parent).as_posix())
-        except ValueError:  # outside the project: only the name can match
-            pass
-    return any(fnmatch.fnmatch(name, pattern) for name in names for pattern in config.exclude)
-
-
-def _get(document, *keys):
-    """`document[k1][k2]...`, or None where a level is missing or not a JSON object."""
-    for key in keys:
-        document = document.get(key) if isinstance(document, dict) else None
-    return document
-
-
-def _logical_line_starts(lines: list[str]) -> Iterator[bool]:
-    """For each line, whether it starts a logical line: not inside brackets, a string or a
-    backslash continuation.  Only such a line can be an IPython magic: the `%(epoch, loss)`
-    continuing `print("..."` on the line above is Python's `%` operator."""
-    depth, quote, continued = 0, "", False
-    for line in lines:
-        yield depth == 0 and not quote and not continued
-        if line.lstrip().startswith(("%", "!")) and depth == 0 and not quote and not continued:
-            continue  # a magic: not Python, it opens nothing
-        i, n = 0, len(line)
-        while i < n:
-            c = line[i]
-            if quote:
-                if c == "\\":
-                    i += 1
-                elif line.startswith(quote, i):
-                    i += len(quote) - 1
-                    quote = ""
-            elif c == "#":
-                break
-            elif c in "\"'":
-                quote = c * 3 if line.startswith(c * 3, i) else c
-                i += len(quote) - 1
-            elif c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth = max(depth - 1, 0)
-            i += 1
-        continued = line.endswith("\\") and not quote
-        if len(quote) == 1:  # a one-quote string cannot span lines (unless continued)
-            quote = quote if continued else ""
-
-
-def _without_magic(line: str) -> str:
-    stripped = line.lstrip()
-    return line[:len(line) - len(stripped)] + "pass" if stripped.startswith(("%", "!")) else line
+    excluded = patterns(config.base, config.exclude) if config.exclude else None
+    if excluded is not None and (excluded.covers(path, is_dir) if forced else excluded.decide(path, is_dir)):
+        return True
+    return config.respect_gitignore and (ignores.covers(path, is_dir) if forced else ignores.ignored(path, is_dir))
 
 
 def _one_line(text: str) -> str:

@@ -5,7 +5,8 @@ came from (else in the working directory), ignored by git through its own `.giti
 entry is the result of one file, found by a hash of everything the result depends on: the
 file's bytes and the path it is reported under, the settings that choose and grade findings,
 and the analysis itself (the size and modification time of every file of this package, so a
-new GradGuard, or an edited checkout of it, never reads an old entry).  An entry also lists
+new GradGuard, or an edited checkout of it, never reads an old entry, and the version of
+IPython, which reads notebooks).  An entry also lists
 the workspace modules the analysis followed imports into, with their size and modification
 time: when one of them changed, the entry is not used.  Only results without
 an error are kept: a timeout depends on the machine's load, and an internal error should be
@@ -19,6 +20,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict
+from importlib import metadata
 from functools import lru_cache
 from pathlib import Path
 
@@ -90,16 +92,22 @@ def check_cached(path: Path, config: Config, cache: Cache | None) -> Checked:
 
 
 def _fingerprint(config: Config) -> bytes:
-    """The settings a result depends on (not `timeout`: only errors depend on it, and they are not kept)."""
+    """The settings a result depends on (not `timeout`: only errors depend on it, and they are not kept),
+    and where they came from (`per-file-ignores` patterns and imports resolve from there)."""
     return json.dumps([sorted(config.select), sorted(config.ignore), sorted(config.severity.items()),
-                       config.enabled, config.follow_imports]).encode()
+                       config.enabled, config.follow_imports, str(config.source),
+                       sorted([pattern, sorted(codes)] for pattern, codes in config.per_file_ignores)]).encode()
 
 
 @lru_cache(maxsize=1)
 def _engine() -> bytes:
-    """The analysis this process runs: its package files' names, sizes and modification times."""
+    """The analysis this process runs: its package files' names, sizes and modification times,
+    and the IPython that reads notebooks' IPython lines (none: they are masked)."""
     package = Path(__file__).resolve().parent
-    stats = []
+    try:
+        stats = [f"ipython:{metadata.version('ipython')}"]
+    except metadata.PackageNotFoundError:
+        stats = ["ipython:none"]
     for path in sorted(package.rglob("*")):
         if path.suffix in (".py", ".json"):
             st = path.stat()

@@ -1,10 +1,13 @@
 """The `gradguard` command: check files, list the rules, show one rule's documentation.
 
 Every error is one line on stderr with its cause.  Exit codes (the README has the table):
-0 nothing found; 1 findings, or a file that could not be checked because of its content
-(a syntax error, bytes that do not decode, a broken notebook, an analysis that ran out of
-time) -- like ruff, which reports a file that does not parse as a finding; 2 a usage or
-configuration error, a missing path, or an internal error in GradGuard.
+0 nothing found at or above `--fail-level` (default: error, so a rule configured down to
+"warning" does not fail CI unless asked); 1 such findings, or a file that could not be
+checked because of its content (a syntax error, bytes that do not decode, a broken
+notebook, an analysis that ran out of time) -- like ruff, which reports a file that does
+not parse as a finding; 2 a usage or configuration error, a missing path, or an internal
+error in GradGuard.  `--exit-zero` turns 1 into 0, never 2.  Reports for machines (JSON,
+SARIF, ...) are written by `gradguard.report`.
 """
 from __future__ import annotations
 
@@ -12,12 +15,15 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradguard import __version__
-from gradguard.config import ConfigError, load_config, load_config_file
+from gradguard import __version__, report
+from gradguard.config import SEVERITIES, Config, ConfigError, Configs, load_config_file
 
 if TYPE_CHECKING:
     from gradguard.api import Checked
@@ -38,15 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     check = commands.add_parser("check", help="check Python files, notebooks and directories")
-    check.add_argument("paths", nargs="+", metavar="PATH", help="files, or directories to walk for *.py and *.ipynb")
-    check.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    check.add_argument("paths", nargs="*", metavar="PATH",
+                       help="files, or directories to walk for *.py and *.ipynb (default: .); - reads stdin")
+    check.add_argument("--output-format", choices=report.FORMATS, metavar="FORMAT",
+                       help=f"report format: {', '.join(report.FORMATS)} (default: text)")
+    check.add_argument("--format", choices=("text", "json"),
+                       help="legacy: text, or json for a bare list of findings (see --output-format)")
+    check.add_argument("--output-file", type=Path, metavar="FILE", help="write the report to FILE, not stdout")
+    check.add_argument("--exit-zero", action="store_true",
+                       help="exit 0 even with findings or files that could not be checked (not on an internal error)")
+    check.add_argument("--fail-level", choices=SEVERITIES, default="error", metavar="LEVEL",
+                       help=f"the lowest severity that fails the check: {', '.join(SEVERITIES)} (default: error)")
+    check.add_argument("--statistics", action="store_true",
+                       help="print the number of findings of each rule instead of the findings")
+    check.add_argument("--stdin-filename", metavar="NAME",
+                       help="with PATH -, the name the text is reported under and configured by")
     check.add_argument("--select", type=_code_list, metavar="CODES",
                        help="comma-separated codes or prefixes to report, instead of the configured select and ignore")
     check.add_argument("--ignore", type=_code_list, metavar="CODES",
                        help="comma-separated codes or prefixes not to report, added to the configured ignore")
     check.add_argument("--config", type=Path, metavar="FILE",
-                       help="the pyproject.toml to read (default: the nearest one with [tool.gradguard])")
+                       help="the pyproject.toml to read for every file (default: each file's nearest one "
+                            "with [tool.gradguard])")
     check.add_argument("--timeout", type=float, metavar="S", help="seconds of analysis allowed per file")
+    check.add_argument("--no-respect-gitignore", action="store_true",
+                       help="also walk into what .gitignore files and .git/info/exclude ignore")
+    check.add_argument("--force-exclude", action="store_true",
+                       help="apply exclude and git's ignores to paths named on the command line too (for pre-commit)")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="add a `# noqa: CODE` comment to each line with a finding, and change nothing else")
     check.add_argument("--fix", action="store_true",
                        help="apply the preferred fix of each finding, when safe and confirmed by a new analysis")
     check.add_argument("--unsafe-fixes", action="store_true",
@@ -67,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     rule.add_argument("code", metavar="CODE")
     rule.set_defaults(run=run_rule)
 
+    explain = commands.add_parser("explain", help="explain a PyTorch autograd error from its traceback")
+    explain.add_argument("file", nargs="?", default="-", metavar="FILE",
+                         help="the file holding the traceback, or - for stdin (default)")
+    explain.add_argument("--root", action="append", type=Path, default=[], metavar="DIR",
+                         help="look for the traceback's files under DIR by the end of their path, for a "
+                              "traceback from another machine (repeatable)")
+    explain.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    explain.set_defaults(run=run_explain)
+
     lsp = commands.add_parser("lsp", help="run the language server on stdin/stdout")
     lsp.set_defaults(run=run_lsp)
     return parser
@@ -79,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("gradguard: error: a command is required: check, rules, rule or lsp (see --help)")
+            raise UsageError("gradguard: error: a command is required: check, rules, rule, explain or lsp (see --help)")
         return args.run(args)
     except UsageError as exc:
         print(exc, file=sys.stderr)
@@ -100,78 +135,221 @@ def run_lsp(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    missing = [path for path in args.paths if not os.path.lexists(path)]
+    args.paths = args.paths or (["-"] if args.stdin_filename else ["."])  # ruff's defaults
+    stdin = args.paths == ["-"]
+    if not stdin and ("-" in args.paths or args.stdin_filename):
+        raise UsageError("gradguard check: error: - (stdin, which --stdin-filename names) must be the only PATH")
+    if stdin and (args.fix or args.diff or args.add_noqa):
+        raise UsageError("gradguard check: error: --fix, --diff and --add-noqa rewrite files, not stdin")
+    if args.add_noqa and (args.fix or args.diff):
+        raise UsageError("gradguard check: error: --add-noqa cannot be combined with --fix or --diff")
+    fmt = _output_format(args)
+    if args.statistics and fmt not in ("text", "json", report.LEGACY_JSON):
+        raise UsageError(f"gradguard check: error: --statistics prints text or json, not {fmt}")
+    missing = [path for path in args.paths if not stdin and not os.path.lexists(path)]
     if missing:
         raise UsageError(f"gradguard check: error: no such file or directory: {missing[0]}")
-    if args.config:
-        config = load_config_file(args.config)
-    else:  # one configuration for the run, found from the paths' common directory (as black does)
-        config = load_config(Path(os.path.commonpath([os.path.abspath(path) for path in args.paths])))
-    overrides: dict = {"timeout": args.timeout}
+    # each file has its own project's settings, as in the editor (`--config`: one file for all)
+    configs = Configs(load_config_file(args.config) if args.config else None, partial(_adjusted, args=args))
+    common = Path(os.path.commonpath([os.path.abspath(path) for path in
+                                      ([args.stdin_filename or "."] if stdin else args.paths)]))
+    config = configs(common if common.is_dir() else common.parent)  # the run's, and bad options said at once
+    if not config.enabled:
+        print(f"gradguard: disabled by 'enabled = false' in {config.source}", file=sys.stderr)
+        return 0
+    if args.add_noqa:
+        return _add_noqa(args, configs)
+    data = sys.stdin.buffer.read() if stdin else None
+    with _output(args.output_file) as out:
+        return _report(args, configs, fmt, out, data)
+
+
+def _adjusted(config: Config, args) -> Config:
+    """A project's settings with the command line's on top: `--select` replaces its select and
+    ignore, `--ignore` adds to its ignore."""
+    overrides: dict = {"timeout": args.timeout, "force-exclude": args.force_exclude or None,
+                       "respect-gitignore": False if args.no_respect_gitignore else None}
     if args.select is not None:
         overrides.update(select=args.select, ignore=[])
     if args.ignore is not None:
         overrides["ignore"] = [*overrides.get("ignore", config.ignore), *args.ignore]
-    config = config.merged(overrides, "command line")
-    if not config.enabled:
-        print(f"gradguard: disabled by 'enabled = false' in {config.source}", file=sys.stderr)
-        return 0
+    return config.merged(overrides, "command line")
 
-    found = []  # (result, finding) in output order
-    files = failed = 0
+
+def _report(args, configs, fmt: str, out, data: bytes | None) -> int:
+    """Check, write the report in `fmt` to `out`, and give the exit code.  `data`: the text
+    read from stdin, when the one PATH is `-`."""
+    found = report.Report()
     titles: dict = {}  # path -> the fixes applied (--fix) or shown (--diff)
 
     def fix(path):
         if not str(path).endswith(".ipynb"):
-            titles[path] = _fix_file(path, config, args)
+            titles[path] = _fix_file(path, configs(path.parent), args)
 
-    internal = False
-    for path, result in _checked(args, config, before=fix if args.fix or args.diff else None):
-        files += 1
+    with_fixes = fmt in report.WITH_FIXES and not args.statistics
+    for path, result, fixes in _checked(args, configs, before=fix if args.fix or args.diff else None, data=data,
+                                        fixes=with_fixes):
         if result.error:
             print(result.error, file=sys.stderr, flush=True)
-            failed += 1
-            internal = internal or result.internal
-        if args.format == "text" and not args.diff:  # --diff prints the diffs alone, as ruff does
+        if fmt == "text" and not args.diff and not args.statistics:  # --diff prints the diffs alone, as ruff does
             for finding in result.findings:
-                print(_text(result, finding))
-        found.extend((result, finding) for finding in result.findings)
+                print(_text(result, finding), file=out)
+        found.add(result, fixes)
     fixed, changed = sum(map(len, titles.values())), sum(map(bool, titles.values()))
-    if args.format == "json":
-        print(json.dumps([_record(result, finding) for result, finding in found], indent=2))
+    summary = _summary(len(found.files), len(found.errors), [r["severity"] for r in found.findings]) + \
+        (f" Fixed {_plural(fixed, 'problem')}." if args.fix else "")
+    if args.statistics:
+        out.write(report.statistics(found, as_json=fmt != "text"))
+    elif fmt != "text":
+        out.write(report.render(fmt, found))
     elif args.diff:
         print(f"Would fix {_plural(fixed, 'problem')} in {_plural(changed, 'file')}.", file=sys.stderr)
     else:
-        fixes = f" Fixed {_plural(fixed, 'problem')}." if args.fix else ""
-        print(_summary(files, failed, [finding.severity for _, finding in found]) + fixes)
+        print(summary, file=out)
+    if args.output_file is not None and not args.diff:  # the report is in the file: say what it holds
+        print(summary)
     if args.diff:
-        return 2 if internal else 1 if changed else 0
-    return 2 if internal else 1 if found or failed else 0
+        return 2 if found.internal else 1 if changed else 0
+    failing = any(SEVERITIES.index(r["severity"]) <= SEVERITIES.index(args.fail_level) for r in found.findings)
+    return 2 if found.internal else 0 if args.exit_zero else 1 if failing or found.errors else 0
 
 
-def _checked(args, config, before=None) -> Iterator[tuple[Path, Checked]]:
-    """(path, result) of every file to check, in walk order: from the cache when unchanged,
-    analysed on `--jobs` processes otherwise.  `before(path)` (the fixes, which rewrite the
-    file) runs just before a file is checked: then one file at a time, and no cache."""
-    from concurrent.futures import ProcessPoolExecutor
-    from functools import partial
+def _output_format(args) -> str:
+    """`--output-format`, or what the legacy `--format` names (json: the bare list of records)."""
+    if args.format is not None and args.output_format is not None:
+        raise UsageError("gradguard check: error: give --output-format or the legacy --format, not both")
+    return report.LEGACY_JSON if args.format == "json" else args.output_format or "text"
 
-    from gradguard.api import iter_python_files
-    from gradguard.cache import Cache, check_cached
 
-    root = config.source.parent if config.source is not None else Path.cwd()
-    cache = None if args.no_cache or before is not None else Cache(root, config)
-    paths = list(iter_python_files(args.paths, config))
-    check = partial(check_cached, config=config, cache=cache)
-    jobs = min(args.jobs or os.cpu_count() or 1, len(paths))
-    if jobs <= 1 or before is not None:
-        for path in paths:
-            if before is not None:
-                before(path)
-            yield path, check(path)
+@contextmanager
+def _output(path: Path | None):
+    """Where the report goes: stdout, or `--output-file` (its directory made if needed)."""
+    if path is None:
+        yield sys.stdout
         return
-    with ProcessPoolExecutor(jobs) as pool:
-        yield from zip(paths, pool.map(check, paths, chunksize=max(1, min(16, len(paths) // (4 * jobs)))))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stream = path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"gradguard check: error: cannot write {path}: {exc.strerror or exc}") from None
+    with stream:
+        yield stream
+
+
+def _checked(args, configs, before=None, data: bytes | None = None,
+             fixes: bool = False) -> Iterator[tuple[Path, Checked, list | None]]:
+    """(path, result, fixes) of every file to check, in walk order, each under its own settings
+    (`configs`): from the cache when unchanged, analysed on `--jobs` processes otherwise.
+    `before(path)` (the fixes, which rewrite the file) runs just before a file is checked:
+    then one file at a time, and no cache.  `data`: the text read from stdin, the one thing
+    checked, named by `--stdin-filename` (nothing, when `--force-exclude` excludes that name).
+    `fixes`: also the fix of each finding as text edits (`report.preferred_fixes`), else None.
+    A terminal shows the count of files checked meanwhile (`_Progress`)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gradguard.api import check_file, iter_python_files
+    from gradguard.cache import Cache
+
+    if data is not None:
+        name = args.stdin_filename or "-"
+        config = configs(Path(name).parent)
+        if name != "-" and not any(iter_python_files([name], configs)):
+            return
+        result = check_file(name, config, data)
+        yield Path(name), result, report.preferred_fixes(result, config, data) if fixes else None
+        return
+    paths = list(iter_python_files(args.paths, configs))
+    settings = [configs(path.parent) for path in paths]
+    caches: dict = {}  # one per project: next to its pyproject.toml, keyed by its settings
+    if not args.no_cache and before is None:
+        for config in settings:
+            caches.setdefault(config.source, Cache(config.base, config))
+    check = partial(_check_one, fixes=fixes)
+    jobs = 1 if before is not None else min(args.jobs or os.cpu_count() or 1, len(paths))
+    progress = _Progress(len(paths))
+
+    def one_by_one():
+        for path, config in zip(paths, settings):
+            if before is not None:
+                progress.clear()  # --diff prints
+                before(path)
+            yield check(path, config, caches.get(config.source))
+
+    try:
+        with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
+            results = pool.map(check, paths, settings, [caches.get(config.source) for config in settings],
+                               chunksize=max(1, min(16, len(paths) // (4 * jobs)))) if jobs > 1 else one_by_one()
+            for path, (result, found) in zip(paths, results):
+                if result.error or (result.findings and sys.stdout.isatty()):
+                    progress.clear()  # the caller prints them on the terminal
+                yield path, result, found
+                progress.step()
+    finally:
+        progress.clear()
+
+
+class _Progress:
+    """`checked 120/5386 files` on stderr, rewritten in place once a run has lasted `DELAY`
+    seconds, and only when stderr is a terminal: a log or a pipe never gets it."""
+
+    DELAY, EVERY = 0.5, 0.1  # seconds before the first count, and at least between two
+
+    def __init__(self, total: int):
+        self.total, self.done, self.shown = total, 0, False
+        self.live = total > 1 and sys.stderr.isatty()
+        self.due = time.monotonic() + self.DELAY
+
+    def step(self) -> None:
+        self.done += 1
+        if self.live and time.monotonic() >= self.due:
+            sys.stderr.write(f"\rchecked {self.done}/{self.total} files")
+            sys.stderr.flush()
+            self.shown, self.due = True, time.monotonic() + self.EVERY
+
+    def clear(self) -> None:
+        """Erase the count (for a message to take the line); the next step writes it again."""
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown, self.due = False, time.monotonic()
+
+
+def _add_noqa(args, configs) -> int:
+    """`--add-noqa`: a `# noqa: CODE` where it silences each finding, every file written back
+    with its own encoding and line endings; notebooks are left as they are (stderr says so)."""
+    from gradguard.api import decode, encode
+    from gradguard.rules.unused_noqa import UnusedNoqa
+    from gradguard.suppress import add_noqa
+
+    added, internal = 0, False
+    for path, result, _ in _checked(args, configs):
+        internal = internal or result.internal
+        if result.error:
+            print(result.error, file=sys.stderr, flush=True)
+        elif result.findings and path.suffix == ".ipynb":
+            print(f"{path}: --add-noqa does not edit notebooks: {_plural(len(result.findings), 'finding')} left",
+                  file=sys.stderr)
+        elif result.findings:
+            try:
+                data = path.read_bytes()
+                text, count = add_noqa(decode(data), result.findings, exempt=UnusedNoqa.code)
+                if count:
+                    path.write_bytes(encode(text, data))
+            except (OSError, SyntaxError, UnicodeError, LookupError) as exc:
+                print(f"{path}: cannot add noqa comments: {exc}", file=sys.stderr)
+                continue
+            added += count
+    print(f"Added {_plural(added, 'noqa directive')}.", file=sys.stderr)
+    return 2 if internal else 0
+
+
+def _check_one(path: Path, config, cache, fixes: bool) -> tuple[Checked, list | None]:
+    """One file's result, and its fixes as text edits if `fixes`: worked out in the worker
+    process too, since confirming a fix costs an analysis."""
+    from gradguard.cache import check_cached
+
+    result = check_cached(path, config, cache)
+    return result, report.preferred_fixes(result, config) if fixes else None
 
 
 def _jobs(text: str) -> int:
@@ -184,10 +362,9 @@ def _fix_file(path, config, args) -> list[str]:
     """Apply (--fix) or print as a diff (--diff) the fixes of one .py file; their titles.
     A file is written back in its own encoding, and only when it was fully read."""
     import difflib
-    import io
-    import tokenize
 
-    from gradguard.api import decode
+    from gradguard.api import decode, encode
+    from gradguard.spans import split_lines
     from gradguard.verify import fix_all
 
     try:
@@ -199,11 +376,10 @@ def _fix_file(path, config, args) -> list[str]:
     if not titles:
         return []
     if args.diff:
-        sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+        sys.stdout.writelines(difflib.unified_diff(split_lines(text), split_lines(new),
                                                    f"a/{path}", f"b/{path}"))
     else:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        Path(path).write_bytes(new.encode(encoding))
+        Path(path).write_bytes(encode(new, data))
     return titles
 
 
@@ -230,6 +406,33 @@ def run_rule(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_explain(args: argparse.Namespace) -> int:
+    """Exit 0 when a finding explains the error, 1 when none does (the raising line is still shown)."""
+    from gradguard.explain import NoTraceback, explain
+
+    if args.file == "-":
+        if sys.stdin.isatty():
+            print("Paste the traceback, then press Ctrl-D (Ctrl-Z and Enter on Windows):", file=sys.stderr)
+        text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    else:
+        try:
+            text = Path(args.file).read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"gradguard explain: error: cannot read {args.file}: {exc.strerror or exc}") from None
+    for root in args.root:
+        if not root.is_dir():
+            raise UsageError(f"gradguard explain: error: --root {root} is not a directory")
+    try:
+        explanation = explain(text, roots=args.root)
+    except NoTraceback as exc:
+        raise UsageError(f"gradguard explain: error: {exc}") from None
+    if args.format == "json":
+        print(json.dumps(explanation.to_dict(), indent=2))
+    else:
+        print(explanation.text(), end="")
+    return 0 if explanation.finding is not None else 1
+
+
 def _code_list(text: str) -> list[str]:
     return [code.strip() for code in text.split(",") if code.strip()]
 
@@ -240,23 +443,6 @@ def _text(result, finding) -> str:
     lines = [f"{result.where(span.line, span.column + 1)}: {finding.code} [{finding.severity}] {finding.message}"]
     lines += [f"    {result.where_span(rel.span)}: {rel.message}" for rel in finding.related]
     return "\n".join(lines)
-
-
-def _record(result, finding) -> dict:
-    """The JSON form of a finding: 1-based lines and columns, `cell` set in notebooks only."""
-    from gradguard.api import display_path
-
-    span = finding.span
-    cell, line = result.locate(span.line)
-    related = [{"path": display_path(rel.span.path), "cell": None, "line": rel.span.line,
-                "column": rel.span.column + 1, "message": rel.message} if rel.span.path is not None else
-               {"path": result.path, "cell": rel_cell, "line": rel_line, "column": rel.span.column + 1,
-                "message": rel.message}
-               for rel in finding.related for rel_cell, rel_line in [result.locate(rel.span.line)]]
-    return {"path": result.path, "cell": cell, "line": line, "column": span.column + 1,
-            "end_line": result.locate(span.end_line)[1], "end_column": span.end_column + 1,
-            "code": finding.code, "name": finding.name, "severity": finding.severity,
-            "message": finding.message, "related": related}
 
 
 def _summary(files: int, failed: int, severities: list[str]) -> str:

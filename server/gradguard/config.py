@@ -6,14 +6,22 @@ same one-line `ConfigError` naming the key wherever it was written, never a trac
 
 Rule selection works like ruff's: `select` and `ignore` hold codes, code prefixes (`GG0`,
 `GG1`, `GG`) or `ALL`; a code runs when it matches `select` and the most specific (longest)
-matching `select` entry is longer than the most specific matching `ignore` entry.
+matching `select` entry is longer than the most specific matching `ignore` entry.  An opt-in
+rule (GG100) runs only when `select` names its code.  `per-file-ignores` then takes codes off
+the files its gitignore-style patterns match, whatever `select` says.
+
+Each file has the settings of the nearest `pyproject.toml` with `[tool.gradguard]` above it, in
+the editor (`load_config`) and on the command line (`Configs`) alike.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
+
+from gradguard.ignore import patterns
 
 try:  # Python 3.11+
     import tomllib
@@ -24,7 +32,9 @@ except ModuleNotFoundError:  # pragma: no cover - depends on the interpreter
         tomllib = None
 
 SEVERITIES = ("error", "warning", "info", "hint")
-KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude", "follow-imports")
+KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude", "follow-imports", "respect-gitignore",
+        "force-exclude", "per-file-ignores")
+SWITCHES = ("enabled", "follow-imports", "respect-gitignore", "force-exclude")  # the keys that take true or false
 
 
 class ConfigError(ValueError):
@@ -38,17 +48,33 @@ class Config:
     severity: Mapping[str, str] = field(default_factory=dict)  # code -> severity override
     enabled: bool = True
     timeout: float = 5.0  # seconds of analysis per file
-    exclude: tuple[str, ...] = ()  # glob patterns, skipped while walking directories
+    exclude: tuple[str, ...] = ()  # gitignore-style patterns, skipped while walking directories
     follow_imports: bool = True  # follow calls into the project's own modules (workspace.py)
-    source: Path | None = None  # the pyproject.toml the settings came from; `exclude` is relative to it
+    respect_gitignore: bool = True  # a walk also passes over what git ignores (gradguard.ignore)
+    force_exclude: bool = False  # `exclude` and git's ignores apply to paths named on the command line too
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()  # (pattern, codes not reported in its files)
+    source: Path | None = None  # the pyproject.toml the settings came from; patterns are relative to it
 
-    def selects(self, code: str) -> bool:
-        """Whether findings of rule `code` are reported (see the module docstring)."""
-        chosen = _longest_match(self.select, code)
+    @property
+    def base(self) -> Path:
+        """The directory `exclude` and `per-file-ignores` patterns are relative to: the
+        pyproject.toml's, else the working directory (as for ruff)."""
+        return self.source.parent if self.source is not None else Path.cwd().resolve()
+
+    def selects(self, code: str, path: str | None = None) -> bool:
+        """Whether findings of rule `code` are reported (see the module docstring), in the file
+        at `path` when given (`per-file-ignores`)."""
+        if code in _opt_in_codes():
+            chosen = len(code) if code in self.select else None
+        else:
+            chosen = _longest_match(self.select, code)
         if chosen is None:
             return False
         ignored = _longest_match(self.ignore, code)
-        return ignored is None or chosen > ignored
+        if ignored is not None and chosen <= ignored:
+            return False
+        return path is None or not self.per_file_ignores or \
+            _longest_match(_file_ignores(self.per_file_ignores, self.base, str(path)), code) is None
 
     def merged(self, overrides: Mapping[str, Any], where: str = "settings") -> Config:
         """These settings with `overrides` (same keys as `[tool.gradguard]`) on top.
@@ -70,13 +96,42 @@ def load_config(start: Path) -> Config:
     its own uses its parent's. No such file gives the defaults.
     """
     start = start.resolve()
-    for directory in (start, *start.parents) if start.is_dir() else start.parents:
+    return _nearest(start if start.is_dir() else start.parent, {})
+
+
+class Configs:
+    """The settings of each directory in one run of the command line: those `load_config`
+    finds for it (what the editor uses for a file there), or `fixed` ones for every directory
+    (`--config`), each with `adjust` (the command line's options) applied.  Every
+    `pyproject.toml` is read once, and a directory's settings are looked up once."""
+
+    def __init__(self, fixed: Config | None = None, adjust: Callable[[Config], Config] = lambda config: config):
+        self._fixed = fixed
+        self._adjust = adjust
+        self._found: dict[Path, Config] = {}  # resolved directory -> the settings found for it
+        self._adjusted: dict[Path | None, Config] = {}  # pyproject.toml -> its settings adjusted
+        self._by_dir: dict[Path, Config] = {}  # directory as asked -> the answer
+
+    def __call__(self, directory: Path) -> Config:
+        if directory not in self._by_dir:
+            found = self._fixed if self._fixed is not None else _nearest(Path(directory).resolve(), self._found)
+            if found.source not in self._adjusted:
+                self._adjusted[found.source] = self._adjust(found)
+            self._by_dir[directory] = self._adjusted[found.source]
+        return self._by_dir[directory]
+
+
+def _nearest(directory: Path, found: dict[Path, Config]) -> Config:
+    """The settings for `directory` (resolved), remembered in `found` for it and the
+    directories passed on the way up."""
+    if directory not in found:
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            table = _read_table(candidate)
-            if table is not None:
-                return _from_table(table, candidate)
-    return Config()
+        table = _read_table(candidate) if candidate.is_file() else None
+        if table is not None:
+            found[directory] = _from_table(table, candidate)
+        else:
+            found[directory] = Config() if directory.parent == directory else _nearest(directory.parent, found)
+    return found[directory]
 
 
 def load_config_file(path: Path) -> Config:
@@ -118,7 +173,9 @@ def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             out[key] = tuple(_strings(value, where, key))
         elif key == "severity":
             out[key] = _severities(value, where)
-        elif key in ("enabled", "follow-imports"):
+        elif key == "per-file-ignores":
+            out["per_file_ignores"] = _per_file_ignores(value, where)
+        elif key in SWITCHES:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: '{key}' must be true or false, not {value!r}")
             out[key.replace("-", "_")] = value
@@ -144,6 +201,23 @@ def _selector(code: str, where: str, key: str) -> str:
     return code
 
 
+def _per_file_ignores(value: Any, where: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    if not isinstance(value, Mapping) or not all(
+            isinstance(codes, (list, tuple)) and all(isinstance(code, str) for code in codes) for codes in value.values()):
+        raise ConfigError(f"{where}: 'per-file-ignores' must be a table of \"pattern\" = [\"CODE\", ...], not {value!r}")
+    return tuple((str(pattern), frozenset(_selector(code, where, "per-file-ignores") for code in codes))
+                 for pattern, codes in value.items())
+
+
+@lru_cache(maxsize=4096)
+def _file_ignores(entries: tuple[tuple[str, frozenset[str]], ...], base: Path, path: str) -> frozenset[str]:
+    """The codes `per-file-ignores` takes off the file at `path` (as the file or a directory
+    above it matches a pattern, relative to `base`)."""
+    resolved = Path(path).resolve()
+    return frozenset(code for pattern, codes in entries if patterns(base, (pattern,)).covers(resolved, False)
+                     for code in codes)
+
+
 def _severities(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise ConfigError(f"{where}: 'severity' must be a table of code = severity, not {value!r}")
@@ -161,6 +235,13 @@ def _known_codes() -> list[str]:
     from gradguard.rules import ALL_RULES  # imported when first needed: it loads every rule module
 
     return [rule.code for rule in ALL_RULES]
+
+
+@lru_cache(maxsize=1)
+def _opt_in_codes() -> frozenset[str]:
+    from gradguard.rules import ALL_RULES
+
+    return frozenset(rule.code for rule in ALL_RULES if rule.opt_in)
 
 
 def _longest_match(selectors: frozenset[str], code: str) -> int | None:

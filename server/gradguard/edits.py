@@ -13,7 +13,6 @@ Replacements are trimmed to the lines that really change, and the edited file mu
 from __future__ import annotations
 
 import ast
-import re
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -24,10 +23,10 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradguard import knowledge as K
 from gradguard.findings import Edit, Fix, Span
+from gradguard.spans import LINE_BREAK, split_lines
 
 __all__ = ["Replacement", "apply", "replacements"]
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # where the tokenizer ends lines (not str.splitlines: \f, \x1c, ...)
 _PREC = {ast.BitOr: 1, ast.BitXor: 2, ast.BitAnd: 3, ast.LShift: 4, ast.RShift: 4, ast.Add: 5, ast.Sub: 5,
          ast.Mult: 6, ast.MatMult: 6, ast.Div: 6, ast.FloorDiv: 6, ast.Mod: 6, ast.Pow: 8}
 _ATOMS = (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.List, cst.ListComp, cst.Dict, cst.DictComp,
@@ -66,7 +65,7 @@ def replacements(source: str, fix: Fix) -> list[Replacement]:
 def apply(source: str, reps: list[Replacement]) -> str:
     """The source with the replacements made."""
     starts = [0, 0]  # starts[n]: offset of line n; one past the last line is the end of the text
-    for line in _split(source):
+    for line in split_lines(source):
         starts.append(starts[-1] + len(line))
 
     def offset(line: int, col: int) -> int:
@@ -79,22 +78,12 @@ def apply(source: str, reps: list[Replacement]) -> str:
 
 
 # ----------------------------------------------------------------- the source, as ast sees it
-def _split(text: str) -> list[str]:
-    out, pos = [], 0
-    for m in _NEWLINE.finditer(text):
-        out.append(text[pos:m.end()])
-        pos = m.end()
-    if pos < len(text):
-        out.append(text[pos:])
-    return out
-
-
 class _Doc:
     """A source's lines (split where the tokenizer splits them) and its `ast` tree."""
 
     def __init__(self, source: str):
-        self.lines = _split(source)
-        m = _NEWLINE.search(source)
+        self.lines = split_lines(source)
+        m = LINE_BREAK.search(source)
         self.newline = m.group() if m else "\n"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -382,7 +371,7 @@ def _rewrite(doc: _Doc, site: _Site, op, first: int | None = None, last: int | N
 
 def _diff(doc: _Doc, first: int, old: str, new: str) -> Replacement | None:
     """The replacement of only the lines that differ."""
-    a, b = _split(old), _split(new)
+    a, b = split_lines(old), split_lines(new)
     p = 0
     while p < len(a) and p < len(b) and a[p] == b[p]:
         p += 1
@@ -1052,4 +1041,5 @@ _HANDLERS = {
     "to_torch": _to_torch,
     "unwrap": _unwrap,
     "delete": _delete,
+    "replace": lambda doc, e: [(Replacement(e.span, e.name), None)],
 }

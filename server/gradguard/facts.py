@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from gradguard.notebook import Cells, line_label
 from gradguard.spans import Positions
 
 
@@ -128,6 +129,7 @@ class Facts:
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
+    cells: Cells = ()  # a notebook's: where each cell starts in `source`, for the lines messages name
 
     def add_module(self, module) -> None:
         """Nodes of an imported workspace module get that module's positions and text."""
@@ -164,9 +166,12 @@ class Facts:
         return replace(module.positions.span(node), path=module.path)
 
     def line(self, node) -> str:
-        """Where a node is, for a message: "line 12", or "line 5 of features.py" in an imported module."""
+        """Where a node is, for a message: "line 12", "line 2 of cell 3" in a notebook, or
+        "line 5 of features.py" in an imported module."""
         module = self.module_of(node)
-        return f"line {node.lineno}" + (f" of {Path(module.path).name}" if module is not None else "")
+        if module is None:
+            return line_label(self.cells, node.lineno)
+        return f"line {node.lineno} of {Path(module.path).name}"
 
     def text(self, node, limit: int = 50) -> str:
         module = self.module_of(node)

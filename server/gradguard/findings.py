@@ -64,7 +64,8 @@ class Edit:
       computed on `.numpy()` arrays and wrapped back with `torch.tensor`);
     - "unwrap": the `with` statement (or `if` without `else`) at `span` is replaced by its
       body, dedented;
-    - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties).
+    - "delete": delete the statement (or decorator) at `span` (`pass` if its block empties);
+    - "replace": the text at `span` becomes `name` (a comment's edit, which no syntax tree holds).
     """
 
     kind: str

@@ -318,17 +318,17 @@ def _two_losses(facts, b, firsts):
         cuts = cut_points(facts, fb.regions - b.regions, shared, b.regions, _function_of(facts, first))
         if cuts:
             names = ", ".join(f"`{facts.text(c)}`" for c in cuts)
-            detach = Fix(f"Detach {names} in the loss backpropagated on line {first.lineno}",
+            detach = Fix(f"Detach {names} in the loss backpropagated on {facts.line(first)}",
                          tuple(edit(facts, "detach", c) for c in cuts))
     retain = edit(facts, "retain_graph", first)
     if b.dirty_freed:  # an optimizer step changed weights the shared part saved: the second loss must not use them
         cuts = cut_points(facts, b.regions - fb.regions, b.dirty_freed, fb.regions,
                           _function_of(facts, b.node)) if fb else []
-        keep = Fix(f"Keep the graph on line {first.lineno} and detach "
+        keep = Fix(f"Keep the graph on {facts.line(first)} and detach "
                    + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " here",
                    (retain, *(edit(facts, "detach", c) for c in cuts))) if cuts else None
     else:
-        keep = Fix(f"Keep the graph: `retain_graph=True` on line {first.lineno}", (retain,))
+        keep = Fix(f"Keep the graph: `retain_graph=True` on {facts.line(first)}", (retain,))
     stepped = steps_between(facts, first, b.node, _function_of(facts, b.node))
     modules = {m for r in b.freed_hit for m in facts.regions[r].modules}
     wasted = bool(stepped) and not any(("params", m) in s.objs for s in stepped for m in modules)
@@ -345,7 +345,7 @@ def _two_losses(facts, b, firsts):
     if stepped:  # keep the graph, and change the weights it saved only once both backwards ran
         here = statement_of(facts, b.node)
         moves = tuple(edit(facts, "move_after", statement_of(facts, s.node), target=here) for s in stepped)
-        fixes.append(Fix(f"Keep the graph on line {first.lineno} and run "
+        fixes.append(Fix(f"Keep the graph on {facts.line(first)} and run "
                          + ", ".join(f"`{facts.text(s.node)}`" for s in stepped) + " after this backward",
                          (retain, *moves)))
     return ranked(fixes)
@@ -636,20 +636,20 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
     for cut in cuts:
         if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach" \
                 or isinstance(cut, ast.Attribute) and cut.attr == "data":
-            fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on line {cut.lineno}",
+            fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on {facts.line(cut)}",
                              (edit(facts, "remove_detach", cut),)))
         elif _is_autograd_grad(facts, cut):  # and every other derivative taken there: PINN residuals chain them
             calls = [c for c in ast.walk(_function_of(facts, cut) or facts.tree) if _is_autograd_grad(facts, c)
                      and _function_of(facts, c) is _function_of(facts, cut)
                      and not any(k.arg == "create_graph" for k in c.keywords)]
-            fixes.append(Fix(f"Differentiate the gradients of line {cut.lineno}: `create_graph=True`",
+            fixes.append(Fix(f"Differentiate the gradients of {facts.line(cut)}: `create_graph=True`",
                              tuple(edit(facts, "create_graph", c) for c in sorted(set(calls) | {cut}, key=position))))
         elif isinstance(cut, ast.Call) and _last_name(cut.func) == "set_grad_enabled" \
                 and isinstance(facts.parents.get(cut), ast.Expr):
-            fixes.append(Fix(f"Record gradients: remove `{facts.text(cut)}` on line {cut.lineno}",
+            fixes.append(Fix(f"Record gradients: remove `{facts.text(cut)}` on {facts.line(cut)}",
                              (edit(facts, "delete", facts.parents[cut]),)))
         elif isinstance(cut, (ast.With, ast.AsyncWith)) and len(cut.items) == 1:
-            fixes.append(Fix(f"Compute it with gradients: take it out of the `no_grad` block on line {cut.lineno}",
+            fixes.append(Fix(f"Compute it with gradients: take it out of the `no_grad` block on {facts.line(cut)}",
                              (edit(facts, "unwrap", cut),)))
         elif isinstance(cut, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for deco in cut.decorator_list:
@@ -676,7 +676,7 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                              (edit(facts, "stack", wrap), *(edit(facts, "remove_item", i) for i in items))))
     ported = numpy_round_trips(facts, b)
     if ported:
-        names = [f"`{n.name}`" for n in ported if isinstance(n, ast.FunctionDef)] or [f"line {ported[0].lineno}"]
+        names = [f"`{n.name}`" for n in ported if isinstance(n, ast.FunctionDef)] or [facts.line(ported[0])]
         fixes.append(Fix(f"Compute {', '.join(names[:2])} with torch instead of numpy, so the loss keeps its graph",
                          tuple(edit(facts, "to_torch", n) for n in ported)))
     leaves = trainable_leaves(facts, b)

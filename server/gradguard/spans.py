@@ -7,12 +7,25 @@ import re
 from gradguard.findings import Span
 
 
+# Where Python's tokenizer and the Language Server Protocol end a line.  str.splitlines()
+# also breaks at \f, \v, \x1c-\x1e, \x85, \u2028 and \u2029: a form feed in a comment would
+# shift every line after it.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """`text`'s lines with their line breaks (`LINE_BREAK` only); no empty last line."""
+    out, pos = [], 0
+    for m in LINE_BREAK.finditer(text):
+        out.append(text[pos:m.end()])
+        pos = m.end()
+    if pos < len(text):
+        out.append(text[pos:])
+    return out
 
 
 class Positions:
     def __init__(self, source: str):
-        # Python's line breaks only: str.splitlines() also breaks at \f, \v, \x1c-\x1e, \x85, \u2028...
         self.lines = LINE_BREAK.split(source)
 
     def column(self, line: int, byte_col: int) -> int:

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.findings import Finding, Fix
+from gradguard.spans import LINE_BREAK
 
 SECONDS = 2.0  # per candidate: the analysis of one edited text
 RECONNECTING = frozenset({"remove_detach", "unwrap", "delete", "soft_argmax", "soft_compare", "to_torch", "remove_item", "stack",
@@ -70,7 +71,7 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
 def _key(source: str, finding: Finding) -> tuple:
     """A finding as the texts of its line and of the lines it points to (an edit moves lines;
     two errors at one backward differ by their causes)."""
-    lines = source.splitlines()
+    lines = LINE_BREAK.split(source)
 
     def text(line: int) -> str:
         return lines[line - 1].strip() if 0 < line <= len(lines) else ""

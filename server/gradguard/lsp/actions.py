@@ -3,8 +3,9 @@
 `textDocument/codeAction` lists the fixes a finding carries that the engine confirms
 (`verify`: applied and analysed again, the finding is gone and nothing new appears; the
 first is `isPreferred`; an unsafe one says so in its title), then a `# noqa` suppression,
-never preferred.  The libcst edit of a fix is built again in `codeAction/resolve`, on the
-smallest enclosing statement.  A client that cannot resolve edits gets them at once.
+never preferred; each title starts with the rule's code, as ruff's do ("GG001: ...").  The
+libcst edit of a fix is built again in `codeAction/resolve`, on the smallest enclosing
+statement.  A client that cannot resolve edits gets them at once.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from gradguard.config import Config
 from gradguard.findings import Finding, Related, Span
 from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
 from gradguard.rules import rule_by_code
+from gradguard.spans import split_lines
 from gradguard.suppress import noqa_edit
 
 
@@ -46,7 +48,7 @@ def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: 
         if diag.source != "gradguard" or not isinstance(diag.data, dict):
             continue
         for fix in confirmed.fixes(diag):
-            title = fix["title"] + ("" if fix.get("applicability") == "safe" else " (unsafe fix)")
+            title = f"{diag.code}: {fix['title']}" + ("" if fix.get("applicability") == "safe" else " (unsafe fix)")
             action = types.CodeAction(
                 title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diag],
                 is_preferred=bool(fix.get("preferred")),
@@ -101,7 +103,7 @@ def resolve(doc: TextDocument, action: types.CodeAction) -> types.CodeAction:
     reps = edits.replacements(source, fix_from_json(data["fix"]))
     if not reps:
         return action
-    lines = source.splitlines(keepends=True) or [""]
+    lines = split_lines(source) or [""]
     text_edits = [types.TextEdit(range=to_range(doc.position_codec, lines, r.span), new_text=r.text) for r in reps]
     action.edit = workspace_edit(doc, text_edits)
     return action
@@ -128,7 +130,7 @@ def fix_all_edit(doc: TextDocument, config, unsafe: bool = False,
         return None
     if not titles:
         return None
-    lines = source.splitlines(keepends=True) or [""]
+    lines = split_lines(source) or [""]
     if source.endswith(("\n", "\r")):
         end = types.Position(line=len(lines), character=0)
     else:
@@ -149,7 +151,7 @@ def suppress_action(doc: TextDocument, diag: types.Diagnostic) -> types.CodeActi
         return None
     end = doc.position_codec.position_to_client_units(lines, ServerTextPosition(line_no, len(old)))
     edit = types.TextEdit(range=types.Range(start=types.Position(line=line_no, character=0), end=end), new_text=new)
-    return types.CodeAction(title=f"Suppress {diag.code} on this line (# noqa)", kind=types.CodeActionKind.QuickFix,
+    return types.CodeAction(title=f"{diag.code}: Suppress on this line (# noqa)", kind=types.CodeActionKind.QuickFix,
                             diagnostics=[diag], edit=workspace_edit(doc, [edit]))
 
 

@@ -8,6 +8,7 @@ from pygls.workspace.position_codec import PositionCodec, ServerTextPosition, Se
 
 from gradguard.findings import Edit, Finding, Fix, Span
 from gradguard.rules import rule_by_code
+from gradguard.spans import split_lines
 
 SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning,
             "info": types.DiagnosticSeverity.Information, "hint": types.DiagnosticSeverity.Hint}
@@ -26,12 +27,14 @@ def to_span(codec: PositionCodec, lines: list[str], rng: types.Range) -> Span:
 
 
 def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionCodec, lines: list[str],
-               span_of=lambda span: span) -> types.Diagnostic:
-    """`span_of` maps a span of the analysed text to the document's (notebook cells)."""
+               span_of=lambda span: span, related_at=None) -> types.Diagnostic:
+    """`span_of` maps a span of the analysed text to the document's, and `related_at` a
+    related span of it to its location (notebook cells: the cell it is in)."""
     rule = rule_by_code(finding.code)
+    related_at = related_at or (lambda span: types.Location(uri=uri, range=to_range(codec, lines, span_of(span))))
     related = [types.DiagnosticRelatedInformation(
-        location=types.Location(uri=uri, range=to_range(codec, lines, span_of(r.span))) if r.span.path is None
-        else _elsewhere(codec, r.span), message=r.message) for r in finding.related]
+        location=related_at(r.span) if r.span.path is None else _elsewhere(codec, r.span), message=r.message)
+        for r in finding.related]
     return types.Diagnostic(
         range=to_range(codec, lines, span_of(finding.span)),
         message=finding.message,
@@ -49,7 +52,7 @@ def _elsewhere(codec: PositionCodec, span: Span) -> types.Location:
     """A location in an imported module: its lines read from the file, for the client's units."""
     try:
         with open(span.path, encoding="utf-8", errors="replace", newline="") as f:
-            lines = f.read().splitlines(keepends=True)
+            lines = split_lines(f.read())
         rng = to_range(codec, lines, span)
     except (OSError, IndexError, ValueError):
         rng = types.Range(types.Position(span.line - 1, span.column), types.Position(span.end_line - 1, span.end_column))

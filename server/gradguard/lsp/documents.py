@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,32 +42,38 @@ class DocState:
     path: str | None = None  # the file, if the document is one: other files may import it
 
 
+async def _no_settings(uri: str) -> dict:
+    return {}
+
+
 class Analyses:
     def __init__(self, debounce: float = 0.005, log_error=print):
         self.debounce = debounce
         self.log_error = log_error
         self.docs: dict[str, DocState] = {}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradguard-analysis")
-        self.settings: dict = {}  # from initializationOptions / didChangeConfiguration
+        self.settings_of = _no_settings  # async: a document's URI -> its editor settings (`settings.FolderSettings.get`)
         self._counter = 0
         # where imports lead, with the open documents' texts: an unsaved change to models.py
         # is what train.py's analysis reads
         self.workspace = Workspace()
 
     # ------------------------------------------------------------------ configuration
-    def config_for(self, path: str | None) -> tuple[Config, str | None]:
-        """pyproject.toml's [tool.gradguard] nearest the file, overridden by editor settings;
-        a broken configuration falls back to the defaults and says why (second value)."""
+    def config_for(self, path: str | None, settings: dict,
+                   load: Callable[[Path], Config] = load_config) -> tuple[Config, str | None]:
+        """pyproject.toml's [tool.gradguard] nearest the file, overridden by the editor's
+        `settings`; a broken configuration falls back to the defaults and says why (second value).
+        `load`: a directory's settings (a walk passes a `config.Configs`, which reads each file once)."""
         problem = None
         base = Config()
         if path:
             directory = Path(path).parent
             try:
-                base = load_config(directory)
+                base = load(directory)
             except ConfigError as exc:
                 problem = str(exc)
         try:
-            return base.merged(self.settings, "editor settings") if self.settings else base, problem
+            return base.merged(settings, "editor settings") if settings else base, problem
         except ConfigError as exc:
             return base, str(exc)
 
@@ -89,7 +96,7 @@ class Analyses:
         while state.request is not None:
             version, text, path, on_done, cells = state.request
             state.request = None
-            config, problem = self.config_for(path)
+            config, problem = self.config_for(path, await self.settings_of(uri))
             checked = await loop.run_in_executor(
                 self.pool, functools.partial(check_source, text, path or uri, config, cells=cells,
                                              workspace=self.workspace))
@@ -104,10 +111,7 @@ class Analyses:
                 on_done(uri, version, checked, problem)
             except Exception:  # a bug in publishing must not kill the document's analyses
                 self.log_error(f"gradguard: internal error while publishing {uri}:\n{traceback.format_exc()}")
-        for waiter in state.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        state.waiters.clear()
+        _release(state)
 
     async def settled(self, uri: str) -> Analysed | None:
         """The result for the document's latest scheduled version (waits for a pending analysis)."""
@@ -132,3 +136,12 @@ class Analyses:
             self.workspace.set_text(state.path, None)
         if state is not None and state.worker is not None:
             state.worker.cancel()
+            _release(state)  # a request waiting for the analysis answers now, not never
+
+
+def _release(state: DocState) -> None:
+    """Wake whoever waits in `Analyses.settled` for the document's analysis."""
+    for waiter in state.waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+    state.waiters.clear()

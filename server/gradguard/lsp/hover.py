@@ -13,6 +13,7 @@ import os
 from gradguard.engine.values import DIRTY, FREED
 from gradguard.facts import Facts, position
 from gradguard.findings import Finding, Span
+from gradguard.notebook import Cells, line_label
 from gradguard.rules import rule_by_code
 
 TRADE_OFFS = {
@@ -37,14 +38,16 @@ def contains(span: Span, line: int, column: int) -> bool:
     return (span.line, span.column) <= (line, column) <= (span.end_line, span.end_column)
 
 
-def finding_markdown(f: Finding) -> str:
+def finding_markdown(f: Finding, cells: Cells = ()) -> str:
+    """`cells`: a notebook's, so that the places it names are cells' lines."""
     rule = rule_by_code(f.code)
     parts = [f"**{f.code} {f.name}** ({f.severity})", f.message]
-    why = _section(rule.__doc__ or "", "Why is this bad?") if rule else ""
+    why = rule.section("Why is this bad?") if rule else ""
     if why:
         parts.append(f"**What happens at run time.** {why}")
     if f.related:
-        parts.append("**Where it comes from**\n" + "\n".join(f"- {_where(r.span)}: {r.message}" for r in f.related))
+        parts.append("**Where it comes from**\n"
+                     + "\n".join(f"- {_where(r.span, cells)}: {r.message}" for r in f.related))
     if f.fixes:
         lines = []
         for fix in f.fixes:
@@ -55,16 +58,6 @@ def finding_markdown(f: Finding) -> str:
     if rule:
         parts.append(f"[{f.code} documentation]({rule.url()})")
     return "\n\n".join(parts)
-
-
-def _section(doc: str, title: str) -> str:
-    import inspect
-    text = inspect.cleandoc(doc)
-    marker = f"## {title}"
-    if marker not in text:
-        return ""
-    body = text.split(marker, 1)[1].split("\n## ", 1)[0]
-    return " ".join(body.split())
 
 
 def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
@@ -84,7 +77,7 @@ def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
 def _regions_text(facts: Facts, regions, limit: int = 3) -> str:
     nodes = {facts.regions[r].node for r in regions if r in facts.regions and facts.regions[r].saves}
     saving = sorted(nodes, key=position)  # one entry per op, whatever the iteration
-    shown = ", ".join(f"`{facts.text(n, 40)}` (line {n.lineno})" for n in saving[:limit])
+    shown = ", ".join(f"`{facts.text(n, 40)}` ({facts.line(n)})" for n in saving[:limit])
     more = f" and {len(saving) - limit} more" if len(saving) > limit else ""
     return shown + more
 
@@ -124,5 +117,5 @@ def _value_markdown(facts: Facts, node) -> str:
     return "\n\n".join(parts)
 
 
-def _where(span) -> str:
-    return f"line {span.line}" if span.path is None else f"line {span.line} of `{os.path.basename(span.path)}`"
+def _where(span, cells: Cells) -> str:
+    return line_label(cells, span.line) if span.path is None else f"line {span.line} of `{os.path.basename(span.path)}`"

@@ -11,9 +11,11 @@ from dataclasses import replace
 
 from lsprotocol import types
 
-from gradguard.api import Checked, join_cells
-from gradguard.findings import Related, Span
-from gradguard.lsp.convert import diagnostic
+from gradguard.api import Checked
+from gradguard.findings import Span
+from gradguard.lsp.convert import diagnostic, to_range
+from gradguard.notebook import join_cells
+from gradguard.spans import split_lines
 
 
 def joined(workspace, notebook: types.NotebookDocument) -> tuple[str, tuple, list[str]]:
@@ -33,24 +35,29 @@ def joined(workspace, notebook: types.NotebookDocument) -> tuple[str, tuple, lis
 def diagnostics(workspace, checked: Checked, uris: list[str]) -> dict[str, list[types.Diagnostic]]:
     """Diagnostics per cell URI (every cell gets a list, so cleared cells are cleared)."""
     out: dict[str, list[types.Diagnostic]] = {uri: [] for uri in uris}
+
+    def related_at(span: Span) -> types.Location:
+        """In the cell it is in, which may be another than the finding's."""
+        cell, local = _in_cell(checked, span)
+        doc = workspace.get_text_document(uris[cell - 1])
+        return types.Location(uri=doc.uri, range=to_range(doc.position_codec, split_lines(doc.source), local))
+
     for finding in checked.findings:
         cell, _ = checked.locate(finding.span.line)
         if cell is None or cell > len(uris):
             continue
         uri = uris[cell - 1]
-
-        def local(span: Span, cell=cell) -> Span:
-            c, line = checked.locate(span.line)
-            if c != cell:
-                return span
-            return Span(line, span.column, line + span.end_line - span.line, span.end_column)
-
-        related = tuple(r for r in finding.related if checked.locate(r.span.line)[0] == cell)
         fixes = tuple(f for f in finding.fixes
                       if all(checked.locate(e.span.line)[0] == cell and
                              (e.target is None or checked.locate(e.target.line)[0] == cell) for e in f.edits))
         doc = workspace.get_text_document(uri)
-        lines = doc.source.splitlines(keepends=True)
-        finding = replace(finding, related=tuple(Related(r.span, r.message) for r in related), fixes=fixes)
-        out[uri].append(diagnostic(finding, uri, doc.version, doc.position_codec, lines, local))
+        lines = split_lines(doc.source)
+        out[uri].append(diagnostic(replace(finding, fixes=fixes), uri, doc.version, doc.position_codec, lines,
+                                   lambda span: _in_cell(checked, span)[1], related_at))
     return out
+
+
+def _in_cell(checked: Checked, span: Span) -> tuple[int, Span]:
+    """The cell a span of the joined module is in, and the span in that cell's lines."""
+    cell, line = checked.locate(span.line)
+    return cell, Span(line, span.column, line + span.end_line - span.line, span.end_column)

@@ -2,11 +2,17 @@
 
 It keeps no analysis logic of its own: documents go to `gradguard.api.check_source`
 (through `documents.Analyses`, which debounces and drops stale results), findings become
-diagnostics (`convert`), fixes become code actions (`actions`), and hovers read the
-findings and facts (`hover`).  It never imports or runs the user's code and does not need
-torch.
+diagnostics (`convert`), fixes become code actions (`actions`), hovers read the
+findings and facts (`hover`), and a pasted traceback goes to `gradguard.explain`.  Settings
+are per workspace folder (`settings`); the folders' files that are not open are checked for
+workspace diagnostics when `diagnosticMode` is "workspace", and by "check workspace" (`files`).
+It never imports or runs the user's code and does not need torch.
 """
 from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -16,9 +22,14 @@ from pygls.uris import to_fs_path
 
 from gradguard import __version__
 from gradguard.api import Checked
+from gradguard.explain import NoTraceback, explain
 from gradguard.lsp import actions, hover, notebooks
 from gradguard.lsp.convert import diagnostic
 from gradguard.lsp.documents import Analyses
+from gradguard.lsp.files import WorkspaceFiles
+from gradguard.lsp.settings import FolderSettings
+from gradguard.lsp.text import LspWorkspace
+from gradguard.spans import split_lines
 
 class Protocol(LanguageServerProtocol):
     """pygls's protocol, tolerant of editors that send changes after closing a document
@@ -30,19 +41,31 @@ class Protocol(LanguageServerProtocol):
             return
         yield from super().lsp_text_document__did_change(params)
 
+    def use_lsp_lines(self) -> None:
+        """Keep documents that split lines as LSP does (`text`); called on `initialize`,
+        before any document is open."""
+        self._workspace = LspWorkspace.like(self.workspace, SYNC)
 
-PULL = types.DiagnosticOptions(identifier="gradguard", inter_file_dependencies=False, workspace_diagnostics=False)
+
+EXPLAIN_COMMAND = "gradguard.explain"  # workspace/executeCommand: explain a pasted traceback
+SYNC = types.TextDocumentSyncKind.Incremental
+PULL = types.DiagnosticOptions(identifier="gradguard", inter_file_dependencies=False, workspace_diagnostics=True)
+CHECK_WORKSPACE_COMMAND = "gradguard.runWorkspaceCheck"  # workspace/executeCommand: check every file of the folders
 
 
 class GradGuardServer(LanguageServer):
     def __init__(self):
         super().__init__(
-            "gradguard", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            "gradguard", __version__, text_document_sync_kind=SYNC,
             notebook_document_sync=types.NotebookDocumentSyncOptions(notebook_selector=[
                 types.NotebookDocumentFilterWithCells(
                     notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])]),
             protocol_cls=Protocol)
         self.analyses = Analyses(log_error=lambda message: self.log(message, types.MessageType.Error))
+        self.settings = FolderSettings(lambda: [f.uri for f in self.workspace.folders.values()], self.log)
+        self.analyses.settings_of = self.settings.get
+        self.files = WorkspaceFiles(self)  # the folders' files, for workspace diagnostics
+        self.workspace_pulled = False  # the client has pulled workspace diagnostics (VS Code does, unasked)
         self.pull = False  # the client asks for diagnostics (textDocument/diagnostic) instead of receiving them
         self.resolvable = False  # the client resolves code actions' edits lazily
         self.cells: dict[str, list[str]] = {}  # notebook URI -> its cells' URIs, as last analysed
@@ -94,12 +117,18 @@ class GradGuardServer(LanguageServer):
         if good is None:
             return []
         doc = self.workspace.get_text_document(uri)
-        lines = good.text.splitlines(keepends=True)
+        lines = split_lines(good.text)
         return [diagnostic(f, uri, good.version, doc.position_codec, lines) for f in good.checked.findings]
 
     def publish(self, uri: str, version) -> None:
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=uri, version=version, diagnostics=self.diagnostics(uri)))
+
+    async def configuration(self, scope_uri: str | None):
+        """The client's "gradguard" section for a document, or the window's (`workspace/configuration`)."""
+        [answer] = await asyncio.wait_for(self.workspace_configuration_async(types.ConfigurationParams(
+            items=[types.ConfigurationItem(scope_uri=scope_uri, section="gradguard")])), 10)
+        return answer
 
     def reanalyse_all(self) -> None:
         for uri in list(self.analyses.docs):
@@ -124,17 +153,6 @@ def _refresh_supported(caps: types.ClientCapabilities) -> bool:
     return bool(ws and ws.diagnostics and ws.diagnostics.refresh_support)
 
 
-def _settings(options) -> dict:
-    """Settings sent as `{"gradguard": {...}}`, `{"settings": {...}}` or flat."""
-    if not isinstance(options, dict):
-        return {}
-    for key in ("gradguard", "settings"):
-        if isinstance(options.get(key), dict):
-            return _settings(options[key]) if key == "settings" and "gradguard" in options[key] else options[key]
-    return {k: v for k, v in options.items()
-            if k in ("enable", "enabled", "select", "ignore", "severity", "timeout", "followImports", "follow-imports")}
-
-
 @server.feature(types.INITIALIZE)
 def initialize(ls: GradGuardServer, params: types.InitializeParams):
     caps = params.capabilities
@@ -142,20 +160,15 @@ def initialize(ls: GradGuardServer, params: types.InitializeParams):
     resolve = caps.text_document and caps.text_document.code_action and \
         caps.text_document.code_action.resolve_support
     ls.resolvable = bool(resolve and "edit" in resolve.properties)
-    ls.analyses.settings = _normalise(_settings(params.initialization_options))
-
-
-def _normalise(settings: dict) -> dict:
-    out = dict(settings)
-    if "enable" in out:
-        out["enabled"] = out.pop("enable")
-    if "followImports" in out:
-        out["follow-imports"] = out.pop("followImports")
-    return {k: v for k, v in out.items() if v is not None}
+    ls.settings.changed(params.initialization_options)
+    if caps.workspace and caps.workspace.configuration:
+        ls.settings.ask = ls.configuration
+    ls.protocol.use_lsp_lines()
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: GradGuardServer, params: types.DidOpenTextDocumentParams):
+    ls.files.opened(params.text_document.uri)
     ls.analyse(params.text_document.uri)
 
 
@@ -169,6 +182,7 @@ def did_change(ls: GradGuardServer, params: types.DidChangeTextDocumentParams):
 def did_close(ls: GradGuardServer, params: types.DidCloseTextDocumentParams):
     uri = params.text_document.uri
     ls.analyses.close(uri)
+    ls.files.closed_document(uri)
     if not ls.pull:
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
@@ -214,17 +228,22 @@ async def pull_diagnostics(ls: GradGuardServer, params: types.DocumentDiagnostic
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 def did_change_configuration(ls: GradGuardServer, params: types.DidChangeConfigurationParams):
-    ls.analyses.settings = _normalise(_settings(params.settings))
+    ls.settings.changed(params.settings)
+    ls.files.kept.clear()  # found with the old settings
     ls.reanalyse_all()
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
     code_action_kinds=[types.CodeActionKind.QuickFix, actions.FIX_ALL], resolve_provider=True))
-def code_action(ls: GradGuardServer, params: types.CodeActionParams):
-    if params.text_document.uri not in ls.workspace.text_documents:
+async def code_action(ls: GradGuardServer, params: types.CodeActionParams):
+    uri = params.text_document.uri
+    if uri not in ls.workspace.text_documents:
         return []
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    config, _ = ls.analyses.config_for(doc.path)
+    settings = await ls.settings.get(uri)
+    if uri not in ls.workspace.text_documents:
+        return []
+    doc = ls.workspace.get_text_document(uri)
+    config, _ = ls.analyses.config_for(doc.path, settings)
     return actions.code_actions(doc, params, ls.resolvable, config, ls.analyses.workspace)
 
 
@@ -248,7 +267,7 @@ async def apply_fix_all(ls: GradGuardServer, target=None):
     doc = ls.workspace.get_text_document(uri)
     if target.get("version") is not None and target["version"] != doc.version:
         return {"applied": 0, "reason": "the document changed since the command was given"}
-    config, _ = ls.analyses.config_for(doc.path)
+    config, _ = ls.analyses.config_for(doc.path, await ls.settings.get(uri))
     made = actions.fix_all_edit(doc, config, unsafe=bool(target.get("unsafe")), workspace=ls.analyses.workspace)
     if made is None:
         return {"applied": 0, "reason": "nothing to fix"}
@@ -257,6 +276,53 @@ async def apply_fix_all(ls: GradGuardServer, target=None):
     if not result.applied:
         return {"applied": 0, "reason": result.failure_reason or "the editor refused the edit"}
     return {"applied": count}
+
+
+@server.feature(types.WORKSPACE_DIAGNOSTIC)
+async def workspace_diagnostics(ls: GradGuardServer, params: types.WorkspaceDiagnosticParams):
+    """With `diagnosticMode` "workspace", every Python file of the workspace folders (`files`):
+    open ones from the editor's text; else what the last "check workspace" found."""
+    ls.workspace_pulled = True
+    previous = {p.uri: p.value for p in params.previous_result_ids}
+    return types.WorkspaceDiagnosticReport(items=await ls.files.pulled(previous))
+
+
+@server.command(CHECK_WORKSPACE_COMMAND)
+async def check_workspace(ls: GradGuardServer, *_):
+    """An editor's "check workspace": every Python file of the workspace folders is checked, in
+    either `diagnosticMode`.  A client that pulls workspace diagnostics is asked to pull again (the
+    next pull answers with these reports, in "openFilesOnly" mode too); any other gets the files
+    that are not open published.  The answer counts the files, findings and files not checked."""
+    reports, summary = await ls.files.check_all()
+    if ls.workspace_pulled:
+        if _refresh_supported(ls.client_capabilities):
+            ls.workspace_diagnostic_refresh(None)
+    else:
+        for report in reports:
+            if report.uri not in ls.workspace.text_documents:
+                ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                    uri=report.uri, diagnostics=report.items))
+    return summary.json()
+
+
+@server.command(EXPLAIN_COMMAND)
+async def explain_traceback(ls: GradGuardServer, target=None):
+    """An editor's "explain this traceback": the text itself, or `{"text": ...}`.  The answer is
+    what `gradguard explain --format json` prints plus `markdown` to show, or `{"error": ...}`
+    when the text holds no exception.  Files are looked for as the traceback names them, from
+    the workspace's root, and by the end of their path under each workspace folder."""
+    text = target.get("text") if isinstance(target, dict) else target
+    if not isinstance(text, str):
+        return {"error": "no traceback given: the argument is its text, or {\"text\": ...}"}
+    folders = [Path(path) for folder in ls.workspace.folders.values() for path in [_path(folder.uri)] if path]
+    cwd = Path(ls.workspace.root_path) if ls.workspace.root_path else (folders[0] if folders else Path.cwd())
+    job = functools.partial(explain, text, cwd=cwd, roots=folders or [cwd],
+                            config_for=lambda path: ls.analyses.config_for(str(path), {})[0])
+    try:  # on the analyses' worker: the event loop stays free, and one analysis runs at a time
+        explanation = await asyncio.get_running_loop().run_in_executor(ls.analyses.pool, job)
+    except NoTraceback as exc:
+        return {"error": str(exc)}
+    return {**explanation.to_dict(), "markdown": explanation.markdown()}
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
@@ -281,7 +347,7 @@ async def on_hover(ls: GradGuardServer, params: types.HoverParams):
         good = await ls.analyses.settled(uri)
         if good is None or good.version != doc.version:
             return None
-    text = next((hover.finding_markdown(f) for f in good.checked.findings
+    text = next((hover.finding_markdown(f, good.checked.cells) for f in good.checked.findings
                  if hover.contains(f.span, line, column)), None)
     if text is None and good.checked.facts is not None:
         text = hover.facts_markdown(good.checked.facts, line, column)

@@ -11,9 +11,10 @@ from gradguard.rules.leaf_inplace import LeafInplace
 from gradguard.rules.missing_zero_grad import MissingZeroGrad
 from gradguard.rules.no_grad_fn import NoGradFn
 from gradguard.rules.nonleaf_grad import NonLeafGrad
+from gradguard.rules.unused_noqa import UnusedNoqa
 
-ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, NonLeafGrad, AccumulatedGraph,
-                               MissingZeroGrad]
+ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, UnusedNoqa, NonLeafGrad,
+                               AccumulatedGraph, MissingZeroGrad]
 PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn")
 
 

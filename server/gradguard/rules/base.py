@@ -25,6 +25,7 @@ class Rule:
     predicts: ClassVar[str | None]  # the runtime error kind it predicts, None if advisory
     severity: ClassVar[str]  # "error" | "warning" | "info"
     summary: ClassVar[str]
+    opt_in: ClassVar[bool] = False  # reported only when `select` names the code (not by `ALL` or a prefix)
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[str]] = []
 
@@ -36,7 +37,19 @@ class Rule:
         """The rule's documentation as markdown (heading, summary, the four sections)."""
         body = inspect.cleandoc(cls.__doc__ or "")
         predicts = f"Predicts: `{cls.predicts}` at run time." if cls.predicts else "Advisory: no runtime error."
-        return f"# {cls.code} {cls.name}\n\n{cls.summary}\n\n{predicts} Default severity: {cls.severity}.\n\n{body}\n"
+        opt_in = f" Off unless `select` names {cls.code}." if cls.opt_in else ""
+        return (f"# {cls.code} {cls.name}\n\n{cls.summary}\n\n{predicts} Default severity: {cls.severity}.{opt_in}"
+                f"\n\n{body}\n")
+
+    @classmethod
+    def section(cls, title: str) -> str:
+        """One section of the documentation (`"Why is this bad?"`) as a single paragraph, for
+        the places that explain a finding or an error in a few lines (hover, `gradguard explain`)."""
+        text = inspect.cleandoc(cls.__doc__ or "")
+        marker = f"## {title}"
+        if marker not in text:
+            return ""
+        return " ".join(text.split(marker, 1)[1].split("\n## ", 1)[0].split())
 
     @classmethod
     def url(cls) -> str:
@@ -45,3 +58,12 @@ class Rule:
     def finding(self, message, span, related=(), fixes=()) -> Finding:
         return Finding(self.code, self.name, self.severity, message, span, tuple(related), tuple(fixes),
                        self.predicts)
+
+
+class FindingsRule(Rule):
+    """A rule about what the other rules found rather than about the code (GG100: `# noqa`
+    comments that silence nothing): it runs after them, on the text and their findings, and
+    its examples are tests like any rule's."""
+
+    def check_findings(self, source: str, findings: list[Finding]) -> Iterable[Finding]:
+        raise NotImplementedError
