@@ -49,6 +49,12 @@ async def published(client: LanguageClient, uri: str = URI, timeout: float = 20)
     return list(client.diagnostics[uri])
 
 
+async def actions_for(client: LanguageClient, diag: types.Diagnostic) -> list:
+    """The code actions offered for one diagnostic of the document at URI."""
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
+        context=types.CodeActionContext(diagnostics=[diag])))
+
 @pytest_lsp.fixture(config=SERVER)
 async def push(lsp_client: LanguageClient):
     await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("neovim@v0.7.0")))
@@ -187,9 +193,7 @@ async def test_code_actions_resolve_to_edits_that_fix_the_program(pull: Language
     opened(pull, BUGGY)
     params = types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri=URI))
     [diag] = (await pull.text_document_diagnostic_async(params)).items
-    actions = await pull.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
-        context=types.CodeActionContext(diagnostics=[diag])))
+    actions = await actions_for(pull, diag)
     preferred = [a for a in actions if a.is_preferred]
     assert len(preferred) == 1 and preferred[0].edit is None  # built lazily, on resolve
     assert any("noqa" in a.title for a in actions)
@@ -201,12 +205,11 @@ async def test_code_actions_resolve_to_edits_that_fix_the_program(pull: Language
     assert list((await pull.text_document_diagnostic_async(params)).items) == []
 
 
+
 async def test_noqa_action_suppresses(push: LanguageClient):
     opened(push, BUGGY)
     [diag] = await published(push)
-    actions = await push.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
-        context=types.CodeActionContext(diagnostics=[diag])))
+    actions = await actions_for(push, diag)
     [noqa] = [a for a in actions if "noqa" in a.title]
     suppressed = apply_edits(BUGGY, workspace_edits(noqa.edit, URI))
     assert "# noqa: GG001" in suppressed.splitlines()[5]
@@ -428,9 +431,7 @@ async def test_fix_all_leaves_a_program_without_findings(pull: LanguageClient):
 async def test_quick_fix_titles_start_with_the_rule_code(push: LanguageClient):
     opened(push, BUGGY)
     [diag] = await published(push)
-    actions = await push.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
-        context=types.CodeActionContext(diagnostics=[diag])))
+    actions = await actions_for(push, diag)
     assert actions and all(a.title.startswith("GG001: ") for a in actions), [a.title for a in actions]
     assert "retain_graph=True" in next(a.title for a in actions if a.is_preferred)
 
@@ -449,9 +450,7 @@ async def test_a_form_feed_shifts_no_position(push: LanguageClient):
     [diag] = await published(push)
     assert (diag.range.start, diag.range.end) == (types.Position(line=6, character=0),
                                                   types.Position(line=6, character=15))
-    actions = await push.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=URI), range=diag.range,
-        context=types.CodeActionContext(diagnostics=[diag])))
+    actions = await actions_for(push, diag)
     [noqa] = [a for a in actions if "noqa" in a.title]
     suppressed = apply_edits(text, workspace_edits(noqa.edit, URI))
     assert suppressed.split("\n")[6] == "loss.backward()  # raises  # noqa: GG001"
