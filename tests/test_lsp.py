@@ -112,14 +112,17 @@ async def test_close_clears_diagnostics(push: LanguageClient):
     assert await published(push) == []
 
 
-async def test_unparsable_text_keeps_the_last_diagnostics_and_logs_why(push: LanguageClient):
+async def test_unparsable_text_gets_a_GG000_diagnostic_where_it_stops_parsing(push: LanguageClient):
+    """Diagnostics describe the text the editor has: one that does not parse says so where
+    (GG000, as the command line reports it), and its log line why; nothing pops up."""
     opened(push, BUGGY)
     assert await published(push)
     changed(push, BUGGY + "for x in \n", 2)
-    await asyncio.wait_for(push.wait_for_notification(types.WINDOW_LOG_MESSAGE), 20)
+    [diag] = await published(push)
+    assert (diag.code, diag.severity, diag.range.start.line + 1) == ("GG000", types.DiagnosticSeverity.Error, 7)
+    assert diag.message.startswith("syntax error") and diag.data is not None and diag.data["version"] == 2
     assert any("syntax error" in m.message for m in push.log_messages)
     assert not push.messages  # nothing popped up on screen
-    assert [d.code for d in push.diagnostics[URI]] == ["GG001"]
     changed(push, CLEAN, 3)  # fixed: the diagnostics go
     assert await published(push) == []
 

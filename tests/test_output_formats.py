@@ -61,16 +61,18 @@ def test_json_is_a_versioned_object_with_urls_fixes_and_errors(project, tmp_path
     assert run.returncode == 1
     document = json.loads(run.stdout)
     assert document["version"] == 2 and document["tool"] == {"name": "gradguard", "version": __version__}
-    [finding] = document["findings"]
+    not_analysed, finding = document["findings"]  # in walk order: broken.py, train.py
     assert (finding["path"], finding["line"], finding["column"], finding["code"]) == ("train.py", 14, 5, "GG001")
     assert finding["url"] == GG001.url() and finding["url"].endswith("#gg001-freed-graph-backward")
     fix = finding["fix"]
     assert fix["applicability"] == "unsafe" and "Detach `h`" in fix["title"]
     assert fix["edits"] == [{"line": 11, "column": 1, "end_line": 11, "end_column": 1, "content": "    h = h.detach()\n"}]
     assert applied(CRASH.read_text(), fix["edits"]) == fixed_by_cli(tmp_path)
-    [error] = document["errors"]
-    assert error["path"] == "broken.py" and error["message"].startswith("broken.py:1:") and "syntax error" in error["message"]
-    assert run.stderr.strip() == error["message"]  # still on stderr too
+    assert not_analysed == {"path": "broken.py", "cell": None, "line": 1, "column": 7, "end_line": 1,
+                            "end_column": 7, "code": "GG000", "name": "not-analysed", "severity": "error",
+                            "message": "syntax error: invalid syntax", "related": [], "url": None, "fix": None}
+    assert document["errors"] == [{"path": "broken.py", "message": "broken.py:1:7: syntax error: invalid syntax"}]
+    assert run.stderr == ""
 
 
 def test_legacy_format_json_stays_a_bare_list(project):
@@ -86,8 +88,9 @@ def test_json_lines_is_one_record_per_line(project):
     shutil.copy(INPLACE, project / "inplace.py")
     lines = gradguard("check", "--output-format", "json-lines", cwd=project).stdout.splitlines()
     records = [json.loads(line) for line in lines]
-    assert [(r["path"], r["code"]) for r in records] == [("inplace.py", "GG002"), ("train.py", "GG001")]
-    safe = records[0]["fix"]
+    assert [(r["path"], r["code"]) for r in records] == [("broken.py", "GG000"), ("inplace.py", "GG002"),
+                                                         ("train.py", "GG001")]
+    safe = records[1]["fix"]
     assert safe["applicability"] == "safe" and applied(INPLACE.read_text(), safe["edits"]).splitlines()[6] == \
         "y = y.relu()"
 
@@ -104,18 +107,20 @@ def test_sarif_passes_the_official_schema_and_carries_rules_locations_and_the_fi
     assert not checker.conforms("not a uri", "uri")  # the "uri" formats really are checked
     run = gradguard("check", "--output-format", "sarif", "--output-file", "reports/gradguard.sarif", cwd=project)
     assert run.returncode == 1
-    assert run.stdout == "Found 1 problem (1 error) in 3 files. 1 file could not be checked (see the messages above).\n"
+    assert run.stdout == "Found 1 problem (1 error) in 3 files. 1 file could not be checked (GG000).\n"
     log = json.loads((project / "reports" / "gradguard.sarif").read_text(encoding="utf-8"))
     jsonschema.Draft4Validator(schema, format_checker=checker).validate(log)
 
     [sarif_run] = log["runs"]
     driver = sarif_run["tool"]["driver"]
     assert (driver["name"], driver["version"]) == ("gradguard", __version__) and driver["informationUri"]
-    assert [r["id"] for r in driver["rules"]] == [rule.code for rule in ALL_RULES]
+    assert [r["id"] for r in driver["rules"]] == [rule.code for rule in ALL_RULES] + ["GG000"]
     rule = driver["rules"][0]
     assert rule["helpUri"] == GG001.url() and rule["help"]["markdown"] == GG001.doc()
     assert rule["defaultConfiguration"] == {"level": "error"} and rule["shortDescription"]["text"] == GG001.summary
-    [result] = sarif_run["results"]
+    not_analysed, result = sarif_run["results"]
+    assert (not_analysed["ruleId"], not_analysed["ruleIndex"]) == ("GG000", len(ALL_RULES))
+    assert not_analysed["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     assert (result["ruleId"], result["ruleIndex"], result["level"]) == ("GG001", 0, "error")
     [location] = result["locations"]
     assert location["physicalLocation"]["artifactLocation"] == {"uri": "train.py", "uriBaseId": "%SRCROOT%"}
@@ -140,11 +145,12 @@ def test_github_annotations_are_escaped(tmp_path):
     write(tmp_path / "broken.py", "def f(:\n")
     run = gradguard("check", "--output-format", "github", cwd=tmp_path)
     assert run.returncode == 1
-    finding, error = run.stdout.splitlines()
+    error, finding = run.stdout.splitlines()
     assert finding.startswith("::error file=run%3A1%2Ca.py,line=14,col=5,endLine=14,endColumn=20,"
                               "title=GG001 freed-graph-backward::`loss` is backpropagated")
     assert "torch.randn(2, 4) %25 5, h)" in finding and "%0A  run:1,a.py:11:9: " in finding
-    assert error.startswith("::error file=broken.py,title=not checked by gradguard::broken.py:1:")
+    assert error == "::error file=broken.py,line=1,col=7,endLine=1,endColumn=7,title=GG000 not-analysed::" \
+                    "syntax error: invalid syntax"
 
 
 def test_github_escapes_carriage_returns_and_levels_follow_severity(tmp_path):
@@ -171,7 +177,8 @@ def test_junit_has_a_failure_per_finding_and_a_passing_case_per_clean_file(proje
     [passing] = suites["ok.py"]
     assert list(passing) == [] and suites["ok.py"].get("failures") == "0"
     [erroring] = suites["broken.py"]
-    assert "syntax error" in erroring.find("error").get("message")
+    assert erroring.get("name") == "GG000 not-analysed" and suites["broken.py"].get("errors") == "1"
+    assert erroring.find("error").get("message") == "syntax error: invalid syntax"
 
 
 def test_output_file_takes_the_text_report_and_stdout_the_summary(project):
@@ -185,7 +192,7 @@ def test_output_file_takes_the_text_report_and_stdout_the_summary(project):
 
 def test_exit_zero(project):
     run = gradguard("check", "--exit-zero", cwd=project)
-    assert run.returncode == 0 and " GG001 [error] " in run.stdout and "syntax error" in run.stderr
+    assert run.returncode == 0 and " GG001 [error] " in run.stdout and "broken.py:1:7: GG000 [error] " in run.stdout
 
 
 def test_exit_zero_does_not_hide_an_internal_error(tmp_path, monkeypatch, capsys):
@@ -196,7 +203,7 @@ def test_exit_zero_does_not_hide_an_internal_error(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(api, "run", run)
     write(tmp_path / "a.py", CLEAN)
     assert cli.main(["check", "--exit-zero", str(tmp_path)]) == 2
-    assert "internal error: RuntimeError: broken invariant" in capsys.readouterr().err
+    assert "internal error in GradGuard: RuntimeError: broken invariant" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("severity, args, code", [

@@ -7,31 +7,67 @@ No editor types and no torch import anywhere below this module.
 from __future__ import annotations
 
 import ast
+import gc
+import io
+import time
+import tokenize
 import warnings
+from collections import Counter
+from contextlib import contextmanager
 
 from gradguard.engine import binder
-from gradguard.engine.interp import AnalysisTimeout, ImportsTooSlow, Interpreter
+from gradguard.engine.interp import ImportsTooSlow, Interpreter
+from gradguard.engine.limits import AnalysisTimeout, TooComplex
 from gradguard.facts import Facts
 from gradguard.findings import Finding
 from gradguard.notebook import Cells
 from gradguard.rules import ALL_RULES
 from gradguard.rules.base import FindingsRule
 
-__all__ = ["AnalysisTimeout", "analyze", "parse", "run"]
+__all__ = ["AnalysisTimeout", "TooComplex", "analyze", "parse", "run"]
 
 
-def parse(source: str, path: str = "<string>") -> ast.Module:
+def parse(source: str, path: str = "<string>", deadline: float | None = None) -> ast.Module:
+    """The module's tree.  Raises SyntaxError, or TooComplex for an expression nested deeper
+    than CPython's parser goes (`a+a+...+a` with thousands of terms)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # invalid escape sequences etc. are not ours to report
-        return ast.parse(source, filename=path)
+        try:
+            return ast.parse(source, filename=path)
+        except (RecursionError, MemoryError):  # MemoryError: the parser's own stack overflowed
+            raise TooComplex("expression nested too deeply to parse", _busiest_line(source, deadline)) from None
+
+
+def _busiest_line(source: str, deadline: float | None) -> int | None:
+    """The first line of the logical line with the most tokens: where a nesting too deep for
+    the parser is (it does not say); None if the tokens cannot all be read by `deadline`."""
+    tokens: Counter = Counter()  # first line of a logical line -> its tokens
+    start = None
+    try:
+        for i, tok in enumerate(tokenize.generate_tokens(io.StringIO(source).readline)):
+            if tok.type in _LAYOUT:
+                start = None if tok.type == tokenize.NEWLINE else start
+                continue
+            start = start or tok.start[0]
+            tokens[start] += 1
+            if deadline is not None and not i & 1023 and time.monotonic() > deadline:
+                return None
+    except (tokenize.TokenError, SyntaxError):  # what was read still counts
+        pass
+    return max(tokens, key=tokens.__getitem__) if tokens else None
+
+
+_LAYOUT = frozenset({tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                     tokenize.ENDMARKER})
 
 
 def analyze(source: str, *, path: str = "<string>", deadline: float | None = None, workspace=None) -> list[Finding]:
     """All rules' findings for one module, sorted by position.
 
-    Raises SyntaxError if the text does not parse and AnalysisTimeout past `deadline`
-    (a `time.monotonic()` value).  With a `workspace.Workspace`, imports of the project's
-    own modules are followed into them."""
+    Raises SyntaxError if the text does not parse, TooComplex if it is nested too deeply
+    to parse or analyse, and AnalysisTimeout near `deadline` (a `time.monotonic()` value: the
+    analysis stops early enough to have ended by then, within a few milliseconds).  With a
+    `workspace.Workspace`, imports of the project's own modules are followed into them."""
     return run(source, path=path, deadline=deadline, workspace=workspace)[0]
 
 
@@ -41,7 +77,38 @@ def run(source: str, *, path: str = "<string>", deadline: float | None = None,
     facts are None for a file with nothing to analyse.  A finding is reported in the file
     analysed; one whose line is in an imported module is that module's to report.  `cells`:
     where a notebook's cells start in `source`, for the lines messages name."""
-    tree = parse(source, path)
+    if deadline is not None:  # the engine stops early enough for the rest to end by `deadline`
+        deadline -= WIND_DOWN * max(0.0, deadline - time.monotonic())
+    with _collector_paused():
+        return _run(source, path, deadline, workspace, cells)
+
+
+# Share of the time allowed kept for after the engine stops: freeing the values it built
+# takes up to a tenth of the time building them did (their sets of graph regions).
+WIND_DOWN = 0.1
+
+
+@contextmanager
+def _collector_paused():
+    """Python's collection of reference cycles off for the analysis: the engine makes almost
+    none, and one full collection over the tree and the values of a large file pauses it for
+    a tenth of a second or more (half of its time, on a literal of 30,000 tensors), past its
+    deadline.  After it, what it allocated joins the oldest generation unscanned (freeze,
+    unfreeze): reference counting frees it, and a first collection over all of it would pause
+    as long.  Left off if another thread had switched it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.freeze()
+            gc.unfreeze()
+            gc.enable()
+
+
+def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells):
+    tree = parse(source, path, deadline)
     if not binder.worth_analysing(source):
         return _with_findings_rules(source, []), None
     if binder.BACKWARD.search(source) is None:
@@ -53,8 +120,8 @@ def run(source: str, *, path: str = "<string>", deadline: float | None = None,
             facts = Interpreter(source, tree, deadline, path=path, workspace=workspace).run()
         except ImportsTooSlow:  # precision traded for time, as the engine does within a file
             facts = Interpreter(source, tree, deadline, path=path).run()
-    except RecursionError:
-        raise AnalysisTimeout("nesting too deep to analyse") from None
+    except RecursionError:  # past the engine's own catching: where is not known
+        raise TooComplex("code nested too deeply to analyse") from None
     facts.cells = cells
     findings: dict = {}
     for rule_cls in ALL_RULES:

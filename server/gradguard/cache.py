@@ -24,7 +24,7 @@ from importlib import metadata
 from functools import lru_cache
 from pathlib import Path
 
-from gradguard.api import Checked, check_file
+from gradguard.api import Checked, NotReadable, check_file, read_source
 from gradguard.config import Config
 from gradguard.findings import Edit, Finding, Fix, Related, Span
 
@@ -77,8 +77,8 @@ def check_cached(path: Path, config: Config, cache: Cache | None) -> Checked:
     """`api.check_file`, answered from `cache` when the same bytes were checked the same way
     before; the result carries no facts (the command line does not show them)."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_source(path)
+    except NotReadable:
         return check_file(path, config)  # which says why it cannot be read
     key = cache.key(str(path), data) if cache is not None else ""
     hit = cache.get(key) if cache is not None else None

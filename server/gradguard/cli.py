@@ -1,13 +1,14 @@
 """The `gradguard` command: check files, list the rules, show one rule's documentation.
 
-Every error is one line on stderr with its cause.  Exit codes (the README has the table):
-0 nothing found at or above `--fail-level` (default: error, so a rule configured down to
-"warning" does not fail CI unless asked); 1 such findings, or a file that could not be
-checked because of its content (a syntax error, bytes that do not decode, a broken
-notebook, an analysis that ran out of time) -- like ruff, which reports a file that does
-not parse as a finding; 2 a usage or configuration error, a missing path, or an internal
-error in GradGuard.  `--exit-zero` turns 1 into 0, never 2.  Reports for machines (JSON,
-SARIF, ...) are written by `gradguard.report`.
+Every error of the run is one line on stderr with its cause; a file that could not be
+analysed is a finding of the pseudo-code GG000, like ruff's syntax errors, in every output
+format.  Exit codes (the README has the table): 0 nothing found at or above `--fail-level`
+(default: error, so a rule configured down to "warning" does not fail CI unless asked);
+1 such findings, or a file not analysed because of its content (unreadable, too large, a
+syntax error, bytes that do not decode, a broken notebook, an analysis that ran out of
+time); 2 a usage or configuration error, a missing path, or an internal error in GradGuard.
+`--exit-zero` turns 1 into 0, never 2.  Reports for machines (JSON, SARIF, ...) are written
+by `gradguard.report`.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
@@ -148,7 +150,9 @@ def run_check(args: argparse.Namespace) -> int:
         raise UsageError(f"gradguard check: error: --statistics prints text or json, not {fmt}")
     missing = [path for path in args.paths if not stdin and not os.path.lexists(path)]
     if missing:
-        raise UsageError(f"gradguard check: error: no such file or directory: {missing[0]}")
+        from gradguard.api import printable
+
+        raise UsageError(f"gradguard check: error: no such file or directory: {printable(missing[0])}")
     # each file has its own project's settings, as in the editor (`--config`: one file for all)
     configs = Configs(load_config_file(args.config) if args.config else None, partial(_adjusted, args=args))
     common = Path(os.path.commonpath([os.path.abspath(path) for path in
@@ -178,8 +182,15 @@ def _adjusted(config: Config, args) -> Config:
 
 def _report(args, configs, fmt: str, out, data: bytes | None) -> int:
     """Check, write the report in `fmt` to `out`, and give the exit code.  `data`: the text
-    read from stdin, when the one PATH is `-`."""
-    found = report.Report()
+    read from stdin, when the one PATH is `-`.
+
+    A file not analysed is a GG000 finding where the findings go, as ruff prints a syntax
+    error (with `--diff`, whose stdout is a patch, its line goes to stderr); an internal
+    error, which fails the run with 2, is said on stderr too.  The text output prints each
+    file's findings as they come and keeps only counts."""
+    from gradguard.api import failure
+
+    found = report.Report(keep=fmt != "text" or args.statistics)
     titles: dict = {}  # path -> the fixes applied (--fix) or shown (--diff)
 
     def fix(path):
@@ -189,14 +200,14 @@ def _report(args, configs, fmt: str, out, data: bytes | None) -> int:
     with_fixes = fmt in report.WITH_FIXES and not args.statistics
     for path, result, fixes in _checked(args, configs, before=fix if args.fix or args.diff else None, data=data,
                                         fixes=with_fixes):
-        if result.error:
+        if result.internal or (result.error and args.diff):
             print(result.error, file=sys.stderr, flush=True)
         if fmt == "text" and not args.diff and not args.statistics:  # --diff prints the diffs alone, as ruff does
-            for finding in result.findings:
+            for finding in filter(None, [failure(result), *result.findings]):
                 print(_text(result, finding), file=out)
         found.add(result, fixes)
     fixed, changed = sum(map(len, titles.values())), sum(map(bool, titles.values()))
-    summary = _summary(len(found.files), len(found.errors), [r["severity"] for r in found.findings]) + \
+    summary = _summary(found.checked, found.failed, found.severities) + \
         (f" Fixed {_plural(fixed, 'problem')}." if args.fix else "")
     if args.statistics:
         out.write(report.statistics(found, as_json=fmt != "text"))
@@ -210,8 +221,8 @@ def _report(args, configs, fmt: str, out, data: bytes | None) -> int:
         print(summary)
     if args.diff:
         return 2 if found.internal else 1 if changed else 0
-    failing = any(SEVERITIES.index(r["severity"]) <= SEVERITIES.index(args.fail_level) for r in found.findings)
-    return 2 if found.internal else 0 if args.exit_zero else 1 if failing or found.errors else 0
+    failing = any(SEVERITIES.index(level) <= SEVERITIES.index(args.fail_level) for level in found.severities)
+    return 2 if found.internal else 0 if args.exit_zero else 1 if failing or found.failed else 0
 
 
 def _output_format(args) -> str:
@@ -253,12 +264,12 @@ def _checked(args, configs, before=None, data: bytes | None = None,
     if data is not None:
         name = args.stdin_filename or "-"
         config = configs(Path(name).parent)
-        if name != "-" and not any(iter_python_files([name], configs)):
+        if name != "-" and not any(iter_python_files([name], configs, _note)):
             return
         result = check_file(name, config, data)
         yield Path(name), result, report.preferred_fixes(result, config, data) if fixes else None
         return
-    paths = list(iter_python_files(args.paths, configs))
+    paths = list(iter_python_files(args.paths, configs, _note))
     settings = [configs(path.parent) for path in paths]
     caches: dict = {}  # one per project: next to its pyproject.toml, keyed by its settings
     if not args.no_cache and before is None:
@@ -286,6 +297,11 @@ def _checked(args, configs, before=None, data: bytes | None = None,
                 progress.step()
     finally:
         progress.clear()
+
+
+def _note(text: str) -> None:
+    """A line on stderr about the run (a file the walk skipped), not a finding."""
+    print(f"gradguard: {text}", file=sys.stderr, flush=True)
 
 
 class _Progress:
@@ -363,14 +379,14 @@ def _fix_file(path, config, args) -> list[str]:
     A file is written back in its own encoding, and only when it was fully read."""
     import difflib
 
-    from gradguard.api import decode, encode
+    from gradguard.api import NotReadable, decode, encode, read_source
     from gradguard.spans import split_lines
     from gradguard.verify import fix_all
 
     try:
-        data = Path(path).read_bytes()
+        data = read_source(path)
         text = decode(data)
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+    except (NotReadable, SyntaxError, UnicodeDecodeError, LookupError):
         return []  # the check that follows says why
     new, titles = fix_all(text, str(path), config, unsafe=args.unsafe_fixes)
     if not titles:
@@ -445,16 +461,15 @@ def _text(result, finding) -> str:
     return "\n".join(lines)
 
 
-def _summary(files: int, failed: int, severities: list[str]) -> str:
+def _summary(files: int, failed: int, severities: Counter) -> str:
     """`Found 3 problems (2 errors, 1 warning) in 10 files.` and files that could not be checked."""
     if severities:
-        counts = {level: severities.count(level) for level in dict.fromkeys(severities)}
-        detail = ", ".join(_plural(n, level) for level, n in counts.items())
-        text = f"Found {_plural(len(severities), 'problem')} ({detail}) in {_plural(files, 'file')}."
+        detail = ", ".join(_plural(n, level) for level, n in severities.items())
+        text = f"Found {_plural(sum(severities.values()), 'problem')} ({detail}) in {_plural(files, 'file')}."
     else:
         text = f"No problems found in {_plural(files, 'file')}."
     if failed:
-        text += f" {_plural(failed, 'file')} could not be checked (see the messages above)."
+        text += f" {_plural(failed, 'file')} could not be checked (GG000)."
     return text
 
 

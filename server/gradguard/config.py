@@ -151,9 +151,12 @@ def _read_table(path: Path) -> dict | None:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = document.get("tool", {}).get("gradguard")
+    tool = document.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: 'tool' must be a table, not {tool!r}")
+    table = tool.get("gradguard")
     if table is not None and not isinstance(table, dict):
-        raise ConfigError(f"{path}: [tool.gradguard] must be a table")
+        raise ConfigError(f"{path}: [tool.gradguard] must be a table, not {table!r}")
     return table
 
 
@@ -169,6 +172,8 @@ def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(KEYS)})")
         if key in ("select", "ignore"):
             out[key] = frozenset(_selector(code, where, key) for code in _strings(value, where, key))
+            if key == "select" and not out[key]:  # a silent run that finds nothing would pass as clean
+                raise ConfigError(f"{where}: 'select' is empty: no rule would run; remove it or list codes")
         elif key == "exclude":
             out[key] = tuple(_strings(value, where, key))
         elif key == "severity":

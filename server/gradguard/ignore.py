@@ -104,7 +104,10 @@ class Ignores:
 
 
 def _read(base: Path, path: Path) -> Patterns | None:
-    """The patterns of an ignore file; None for a missing or unreadable one (git skips it too)."""
+    """The patterns of an ignore file; None for a missing or unreadable one (git skips it too),
+    or one that is not a regular file (reading a FIFO would block the walk)."""
+    if not path.is_file():
+        return None
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:

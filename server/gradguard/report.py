@@ -3,11 +3,14 @@ annotations and JUnit XML, the formats ruff writes, so that CI shows findings wh
 shows everything else (code scanning, pull-request annotations, test reports).
 
 Every format is rendered from the same records (`record`, the JSON form of a finding), so
-a location or a fix reads the same in all of them.  A record's `fix` is the one `gradguard
-check --fix` would make (with `--unsafe-fixes` for an unsafe one): the finding's first fix
-the engine confirms (`verify`), as the text edits libcst builds for it (`edits`).  That
-costs an analysis per candidate, so only the formats that carry fixes ask for it
-(`WITH_FIXES`); a notebook's findings have none, as `--fix` does not edit notebooks.
+a location or a fix reads the same in all of them; a file that could not be analysed is a
+record too, of the pseudo-code GG000 (`api.failure`), so no format can leave it out.
+
+A record's `fix` is the one `gradguard check --fix` would make (with `--unsafe-fixes` for an
+unsafe one): the finding's first fix the engine confirms (`verify`), as the text edits
+libcst builds for it (`edits`).  That costs an analysis per candidate, so only the formats
+that carry fixes ask for it (`WITH_FIXES`); a notebook's findings have none, as `--fix`
+does not edit notebooks.
 """
 from __future__ import annotations
 
@@ -40,21 +43,37 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")  # characters 
 
 @dataclass
 class Report:
-    """What a run found: the paths checked, the records of their findings, and the files
-    that could not be checked (`{"path", "message"}`, the message as printed on stderr)."""
+    """What a run found: the paths checked, the records of their findings (GG000 for a file
+    not analysed), and the files that could not be checked (`{"path", "message"}`, the
+    message `path:line:column: cause`).  Without `keep` (the text output, which prints each
+    file's findings as they come) only the counts are kept, so that a run's memory does not
+    grow with its files."""
 
+    keep: bool = True
     files: list[str] = field(default_factory=list)
     findings: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     internal: bool = False  # an error was a bug in GradGuard
+    checked: int = 0  # files
+    failed: int = 0  # files not analysed
+    severities: Counter = field(default_factory=Counter)  # of the findings, GG000 aside
 
     def add(self, result: Checked, fixes: list[dict | None] | None = None) -> None:
+        from gradguard.api import failure
+
+        self.checked += 1
+        self.failed += result.error is not None
+        self.internal = self.internal or result.internal
+        self.severities.update(finding.severity for finding in result.findings)
+        if not self.keep:
+            return
         self.files.append(result.path)
+        gg000 = failure(result)
+        if gg000 is not None:
+            self.findings.append(record(result, gg000))
+            self.errors.append({"path": result.path, "message": result.error})
         self.findings += [record(result, finding, fix)
                           for finding, fix in zip(result.findings, fixes or [None] * len(result.findings))]
-        if result.error:
-            self.errors.append({"path": result.path, "message": result.error})
-            self.internal = self.internal or result.internal
 
 
 def record(result: Checked, finding: Finding, fix: dict | None = None) -> dict:
@@ -87,14 +106,14 @@ def preferred_fixes(result: Checked, config: Config, data: bytes | None = None) 
         return none
     from gradguard import edits, verify  # libcst loads only for the formats that carry fixes
     from gradguard.analysis import AnalysisTimeout, analyze
-    from gradguard.api import decode, workspace_for
+    from gradguard.api import NotReadable, decode, read_source, workspace_for
 
     try:
-        source = decode(Path(result.path).read_bytes() if data is None else data)
+        source = decode(read_source(result.path) if data is None else data)
         workspace = workspace_for(config)
         # unfiltered by the settings: what a fix must not add (as `verify.fix_all` does)
         everything = analyze(source, path=result.path, workspace=workspace, deadline=time.monotonic() + config.timeout)
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError, AnalysisTimeout):
+    except (NotReadable, SyntaxError, UnicodeDecodeError, LookupError, AnalysisTimeout):
         return none  # changed or slower since it was checked: no fix rather than a misplaced one
     out = []
     for finding in result.findings:
@@ -142,13 +161,14 @@ def _json_lines(report: Report) -> str:
 def _sarif(report: Report) -> str:
     from gradguard.rules import ALL_RULES
 
-    index = {rule.code: i for i, rule in enumerate(ALL_RULES)}
+    rules = [_sarif_rule(rule) for rule in ALL_RULES] + [_sarif_not_analysed()]
+    index = {rule["id"]: i for i, rule in enumerate(rules)}
     notifications = [{"level": "error", "message": {"text": e["message"]},
                       "locations": [{"physicalLocation": {"artifactLocation": _artifact(e["path"])}}]}
                      for e in report.errors]
     run = {
         "tool": {"driver": {"name": "gradguard", "version": __version__, "semanticVersion": __version__,
-                            "informationUri": HOMEPAGE, "rules": [_sarif_rule(rule) for rule in ALL_RULES]}},
+                            "informationUri": HOMEPAGE, "rules": rules}},
         "invocations": [{"executionSuccessful": not report.internal, "toolExecutionNotifications": notifications}],
         "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
         "columnKind": "unicodeCodePoints",  # columns count characters, as everywhere in GradGuard
@@ -163,6 +183,20 @@ def _sarif_rule(rule) -> dict:
             "fullDescription": {"text": rule.section("What it does") or rule.summary},
             "help": {"text": doc, "markdown": doc}, "helpUri": rule.url(),
             "defaultConfiguration": {"level": SARIF_LEVEL[rule.severity]}}
+
+
+def _sarif_not_analysed() -> dict:
+    """The descriptor of GG000 (`api.failure`), which no rule module has."""
+    from gradguard.api import NOT_ANALYSED
+
+    return {"id": NOT_ANALYSED, "name": "not-analysed",
+            "shortDescription": {"text": "A file GradGuard could not analyse"},
+            "fullDescription": {"text": "The file could not be read, decoded or parsed, or its analysis ran out of "
+                                        "time or hit a bug in GradGuard: its bugs, if any, are not reported. "
+                                        "The message says why."},
+            "help": {"text": "Fix what the message names (a syntax error, an encoding), or raise the "
+                             "'timeout' setting."},
+            "helpUri": f"{HOMEPAGE}#files-not-analysed-gg000", "defaultConfiguration": {"level": "error"}}
 
 
 def _sarif_result(r: dict, index: dict) -> dict:
@@ -217,8 +251,6 @@ def _github(report: Report) -> str:
         props["title"] = f"{r['code']} {r['name']}"
         message += "".join(f"\n  {_where(rel)}: {rel['message']}" for rel in r["related"])
         lines.append(_command(GITHUB_LEVEL.get(r["severity"], "notice"), props, message))
-    lines += [_command("error", {"file": display_path(e["path"]), "title": "not checked by gradguard"}, e["message"])
-              for e in report.errors]
     return "".join(line + "\n" for line in lines)
 
 
@@ -240,28 +272,30 @@ def _where(r: dict) -> str:
 # ----------------------------------------------------------------- JUnit XML
 def _junit(report: Report) -> str:
     """A test suite per file checked, a failing test case per finding (a passing one for a
-    clean file, an erroring one for a file that could not be checked), as ruff writes it."""
+    clean file), as ruff writes it; a file that could not be analysed has an erroring one (GG000)."""
     import xml.etree.ElementTree as ET
+
+    from gradguard.api import NOT_ANALYSED
 
     by_path: dict[str, list[dict]] = {path: [] for path in report.files}
     for r in report.findings:
         by_path.setdefault(r["path"], []).append(r)
-    errors = {e["path"]: e["message"] for e in report.errors}
-    root = ET.Element("testsuites", name="gradguard", tests="0", failures=str(len(report.findings)),
-                      errors=str(len(errors)))
+    errors = sum(r["code"] == NOT_ANALYSED for r in report.findings)
+    root = ET.Element("testsuites", name="gradguard", tests="0", failures=str(len(report.findings) - errors),
+                      errors=str(errors))
     for path, records in by_path.items():
+        failed = sum(r["code"] == NOT_ANALYSED for r in records)
         suite = ET.SubElement(root, "testsuite", name=path, tests=str(len(records) or 1),
-                              failures=str(len(records)), errors=str(int(path in errors)))
+                              failures=str(len(records) - failed), errors=str(failed))
         for r in records:
             case = ET.SubElement(suite, "testcase", name=f"{r['code']} {r['name']}", classname=path, file=path,
                                  line=str(r["line"]), column=str(r["column"]))
-            failure = ET.SubElement(case, "failure", message=_xml(r["message"]), type=r["code"])
-            failure.text = _xml(f"{_where(r)}: {r['code']} [{r['severity']}] {r['message']}" +
+            outcome = ET.SubElement(case, "error" if r["code"] == NOT_ANALYSED else "failure",
+                                    message=_xml(r["message"]), type=r["code"])
+            outcome.text = _xml(f"{_where(r)}: {r['code']} [{r['severity']}] {r['message']}" +
                                 "".join(f"\n    {_where(rel)}: {rel['message']}" for rel in r["related"]))
         if not records:
-            case = ET.SubElement(suite, "testcase", name="gradguard", classname=path, file=path)
-            if path in errors:
-                ET.SubElement(case, "error", message=_xml(errors[path]))
+            ET.SubElement(suite, "testcase", name="gradguard", classname=path, file=path)
     root.set("tests", str(sum(len(suite) for suite in root)))
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import operator
 
+from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, int_of, join, join_all,
@@ -29,13 +30,17 @@ class Expressions:
 
     # ----------------------------------------------------------------- dispatch
     def eval(self, node, st: State):
+        self.clock.tick()  # an expression can be as long as a file: the deadline is checked in it
         handler = getattr(self, "expr_" + type(node).__name__, None)
-        if handler is None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.expr):
-                    self.eval(child, st)
-            return UNKNOWN
-        return handler(node, st)
+        try:
+            if handler is None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.expr):
+                        self.eval(child, st)
+                return UNKNOWN
+            return handler(node, st)
+        except RecursionError:  # caught first by the innermost expression: the line is where it is
+            raise TooComplex("expression nested too deeply to analyse", self.line_now()) from None
 
     def expr_Constant(self, node, st):
         v = node.value
@@ -99,12 +104,12 @@ class Expressions:
         keys = [self.eval(k, st) if k is not None else EMPTY for k in node.keys]
         vals = [self.eval(v, st) for v in node.values]
         obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
-        st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}
+        attrs = st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}  # new: written in place
         for k, v in zip(node.keys, vals):
             if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                st.set_attr(obj.id, "[" + k.value, v)
+                attrs["[" + k.value] = v
         if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-            st.set_attr(obj.id, "<keyset>", const(frozenset(k.value for k in node.keys)))
+            attrs["<keyset>"] = const(frozenset(k.value for k in node.keys))
         return frozenset({obj})
 
     def expr_JoinedStr(self, node, st):

@@ -21,6 +21,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
+from gradguard.engine.limits import Clock, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
@@ -48,10 +49,6 @@ BUDGET_BASE = 20000
 BUDGET_PER_LINE = 20
 
 
-class AnalysisTimeout(Exception):
-    """The analysis of one file ran past its deadline."""
-
-
 class ImportsTooSlow(Exception):
     """Following the file's imports has used half its time: analyse it again without them."""
 
@@ -75,6 +72,7 @@ class Frame:
         self.loop_exits = []  # per loop: [break state, continue state]
         self.self_value = None
         self.events = []  # per loop: set of "backward" / "step" / "zero_grad" events
+        self.statement = None  # the statement of this frame being executed
 
 
 def _scope(func) -> tuple[frozenset, frozenset]:
@@ -145,7 +143,9 @@ class Interpreter(Expressions, TorchSemantics):
                  workspace=None):
         self.source = source
         self.tree = tree
-        self.deadline = deadline
+        self.frames: list[Frame] = []
+        frames = self.frames  # not `self`: a clock holding the interpreter would keep every analysis alive until gc
+        self.clock = Clock(deadline, lambda: _line_now(frames))
         self.facts = Facts(source, tree)
         self.path = path
         # past this time, an analysis that has followed imports starts again without them
@@ -163,7 +163,6 @@ class Interpreter(Expressions, TorchSemantics):
         self.lazy: dict = {}  # (globals of the importing module, Ref bound) -> (module, level, importer, name)
         self.class_globals: dict = {}  # class object id -> the globals of the module defining it
         self.definitions = 0  # decorators and base classes being evaluated: imports they name stay unread
-        self.frames: list[Frame] = []
         self.active_calls: list = []
         self.analysed_funcs: set = set()
         self.class_nodes: dict = {}  # class object id -> ClassDef
@@ -199,10 +198,15 @@ class Interpreter(Expressions, TorchSemantics):
         frame = Frame(None, (), is_module=True)
         st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True, {})
         self.frames.append(frame)
-        end = self.exec_block(self.tree.body, st)
-        self.analyse_unreached(end if end is not None else st)
+        with running(self.clock):
+            end = self.exec_block(self.tree.body, st)
+            self.analyse_unreached(end if end is not None else st)
         self.frames.pop()
         return self.facts
+
+    def line_now(self) -> int | None:
+        """The line of the analysed file's statement being executed (see `_line_now`)."""
+        return _line_now(self.frames)
 
     def analyse_unreached(self, st: State) -> None:
         """Functions no module-level code called and whose text has a sink: analyse them with
@@ -249,12 +253,10 @@ class Interpreter(Expressions, TorchSemantics):
         self.budget -= 1
         if self.frames and self.frames[-1].module is not None:
             self.foreign_budget -= 1
-        if self.deadline is not None and not self.budget & 15:
-            now = time.monotonic()
-            if now > self.deadline:
-                raise AnalysisTimeout()
-            if self.namespaces and now > self.imports_deadline:
-                raise ImportsTooSlow()
+        self.clock.tick()
+        if self.namespaces and self.imports_deadline is not None and not self.budget & 15 \
+                and time.monotonic() > self.imports_deadline:
+            raise ImportsTooSlow()
 
     @property
     def frame(self) -> Frame:
@@ -363,14 +365,17 @@ class Interpreter(Expressions, TorchSemantics):
 
     def exec_stmt(self, s, st: State) -> State | None:
         self.check_time()
-        self.statement = s
+        self.statement = self.frames[-1].statement = s
         handler = getattr(self, "stmt_" + type(s).__name__, None)
-        if handler is None:
-            for child in ast.iter_child_nodes(s):
-                if isinstance(child, ast.expr):
-                    self.eval(child, st)
-            return st
-        return handler(s, st)
+        try:
+            if handler is None:
+                for child in ast.iter_child_nodes(s):
+                    if isinstance(child, ast.expr):
+                        self.eval(child, st)
+                return st
+            return handler(s, st)
+        except RecursionError:  # from nested blocks or targets, not expressions (`eval` names those)
+            raise TooComplex("statement nested too deeply to analyse", self.line_now()) from None
 
     def stmt_Expr(self, s, st):
         self.eval(s.value, st)
@@ -860,6 +865,15 @@ class Interpreter(Expressions, TorchSemantics):
             if fr.func is not None:
                 return fr.func
         return None
+
+
+def _line_now(frames: list[Frame]) -> int | None:
+    """The line of the statement of the analysed file being executed (the one that called
+    into a workspace module, when that module's code runs); None before the first."""
+    for fr in reversed(frames):
+        if fr.module is None and fr.statement is not None:
+            return fr.statement.lineno
+    return None
 
 
 def _called_name(expr) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gradguard.engine.limits import charge
 from gradguard.engine.values import (
     CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, join, map_tensors, tensor_of, tri_join,
 )
@@ -56,6 +57,7 @@ class State:
 def _join_dicts(a: dict, b: dict) -> dict:
     if a is b:
         return a
+    charge(len(a) + len(b))
     out = dict(a)
     for k, v in b.items():
         w = out.get(k)
@@ -71,6 +73,7 @@ def join_states(a: State | None, b: State | None) -> State | None:
     if a.heap is b.heap:
         heap = a.heap
     else:
+        charge(len(a.heap) + len(b.heap))
         heap = dict(a.heap)
         for k, attrs in b.heap.items():
             mine = heap.get(k)
@@ -105,11 +108,13 @@ def surely_bound(st: State, name: str):
 
 def _rewrite(st: State, fn) -> None:
     """Apply `fn` to every tensor atom held in the state (the env and the heap)."""
+    charge(len(st.env) + len(st.heap))
     for k, v in st.env.items():
         w = map_tensors(v, fn)
         if w is not v:
             st.env[k] = w
     for oid, attrs in st.heap.items():
+        charge(len(attrs))
         new = None
         for name, v in attrs.items():
             w = map_tensors(v, fn)
@@ -130,6 +135,7 @@ def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:
     carried = frozenset((CARRIES, r) for r in sure)
 
     def fn(t: Tensor):
+        charge(len(t.regions) + len(t.sure))
         hit = t.regions & regions
         marked = getattr(t, flag)
         new_sure = frozenset((kind, r) for c, r in t.sure & carried) if carried and t.sure else frozenset()

@@ -269,13 +269,12 @@ class TorchSemantics:
         tensors = [(tensor_of(v), v) for v in values if tensor_of(v) is not None]
         if not tensors:
             return join_all(values)
-        out = Tensor(rg=_tri_or(t.rg for t, _ in tensors), leaf=None)
-        for t, v in tensors:
-            known = not any(isinstance(a, Unknown) for a in v)
-            out = replace(out, regions=out.regions | t.regions, freed=out.freed | t.freed, dirty=out.dirty | t.dirty,
-                          objs=out.objs | t.objs, cut=out.cut | t.cut,
-                          sure=out.sure | (t.sure if known else frozenset()))
-        return frozenset({out})
+        ts = [t for t, _ in tensors]
+        return frozenset({Tensor(  # sets united in one pass: `sum(xs)` of a literal of 30,000 tensors
+            regions=frozenset().union(*(t.regions for t in ts)), freed=frozenset().union(*(t.freed for t in ts)),
+            dirty=frozenset().union(*(t.dirty for t in ts)), rg=_tri_or(t.rg for t in ts), leaf=None,
+            objs=frozenset().union(*(t.objs for t in ts)), cut=frozenset().union(*(t.cut for t in ts)),
+            sure=frozenset().union(*(t.sure for t, v in tensors if not any(isinstance(a, Unknown) for a in v))))})
 
     def view_of(self, v, node, st):
         t = tensor_of(v)

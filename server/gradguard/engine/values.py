@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
+from gradguard.engine.limits import charge
+
 # Tri-state facts: True, False, or None for "unknown" (both possible).
 Tri = Optional[bool]
 
@@ -39,6 +41,12 @@ def is_summary(ident: tuple) -> bool:
 
 def tri_join(a: Tri, b: Tri) -> Tri:
     return a if a == b else None
+
+
+def _tri_join_all(values: Iterable[Tri]) -> Tri:
+    it = iter(values)
+    first = next(it)
+    return first if all(v == first for v in it) else None
 
 
 @dataclass(frozen=True)
@@ -157,12 +165,19 @@ def objs_of(v: frozenset, kind: Optional[str] = None) -> list:
     return [a for a in v if isinstance(a, Obj) and (kind is None or a.kind == kind)]
 
 
-def join_tensors(a: Tensor, b: Tensor) -> Tensor:
-    if a == b:
-        return a
-    return Tensor(a.regions | b.regions, a.freed | b.freed, a.dirty | b.dirty, tri_join(a.rg, b.rg),
-                  tri_join(a.leaf, b.leaf), a.objs | b.objs, a.retains_grad and b.retains_grad,
-                  a.view_of_leaf and b.view_of_leaf, a.cut | b.cut, a.sure & b.sure)
+def join_tensors(ts: list) -> Tensor:
+    """The one tensor atom standing for any of the distinct `ts`: may facts united, must facts
+    intersected, in one pass (folding pairs would copy the growing sets once per tensor: a
+    literal of 30,000 tensors took minutes)."""
+    if len(ts) == 1:
+        return ts[0]
+    regions = frozenset().union(*(t.regions for t in ts))
+    objs = frozenset().union(*(t.objs for t in ts))
+    charge(len(ts) * (len(regions) + len(objs)))  # an upper bound of the items gone through
+    return Tensor(regions, frozenset().union(*(t.freed for t in ts)), frozenset().union(*(t.dirty for t in ts)),
+                  _tri_join_all(t.rg for t in ts), _tri_join_all(t.leaf for t in ts), objs,
+                  all(t.retains_grad for t in ts), all(t.view_of_leaf for t in ts),
+                  frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)))
 
 
 MAX_ATOMS = 12
@@ -190,27 +205,22 @@ def join(a: frozenset, b: frozenset) -> frozenset:
 
 
 def normalize(v: Iterable) -> frozenset:
+    """The distinct atoms `v` as a value: one tensor atom, one tuple per length (merged item by item)."""
     tensors, tuples, rest = [], {}, set()
     for x in v:
         if isinstance(x, Tensor):
             tensors.append(x)
         elif isinstance(x, Tup):
-            n = len(x.items)
-            if n in tuples:
-                tuples[n] = Tup(tuple(join(p, q) for p, q in zip(tuples[n].items, x.items)))
-            else:
-                tuples[n] = x
+            tuples.setdefault(len(x.items), []).append(x)
         else:
             rest.add(x)
     if tensors:
-        t = tensors[0]
-        for u in tensors[1:]:
-            t = join_tensors(t, u)
+        t = join_tensors(tensors)
         if t.sure and any(isinstance(x, Unknown) for x in rest):
             t = replace(t, sure=frozenset())  # the unknown alternative may be a tensor without these facts
         rest.add(t)
-    for t in tuples.values():
-        rest.add(t)
+    for same in tuples.values():
+        rest.add(same[0] if len(same) == 1 else Tup(tuple(join_all(items) for items in zip(*(t.items for t in same)))))
     out = frozenset(rest)
     if len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
         objs = [x for x in out if isinstance(x, Obj)]
@@ -221,10 +231,20 @@ def normalize(v: Iterable) -> frozenset:
 
 
 def join_all(values: Iterable[frozenset]) -> frozenset:
+    """`join` of any number of values: folded pair by pair, or past `MAX_FOLDED` values (a
+    literal of thousands of tensors), normalized at once from all their atoms, a summary as
+    coarse as the fold and linear in them (the fold's widening and its growing sets are not)."""
+    values = [v for v in values if v]
+    if len(values) > MAX_FOLDED:
+        charge(len(values))
+        return normalize(frozenset().union(*values))
     out: frozenset = EMPTY
     for v in values:
         out = join(out, v)
     return out
+
+
+MAX_FOLDED = 1000  # more than any list of layers in real code (168 in timm's models)
 
 
 def map_tensors(v: frozenset, fn) -> frozenset:

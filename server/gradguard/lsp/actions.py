@@ -9,13 +9,15 @@ statement.  A client that cannot resolve edits gets them at once.
 """
 from __future__ import annotations
 
+import time
+
 from lsprotocol import types
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition
 
 from gradguard import verify
 from gradguard.analysis import AnalysisTimeout, analyze
-from gradguard.api import workspace_for
+from gradguard.api import NOT_ANALYSED, workspace_for
 from gradguard.config import Config
 from gradguard.findings import Finding, Related, Span
 from gradguard.lsp.convert import fix_from_json, fix_to_json, to_range
@@ -43,10 +45,10 @@ def code_actions(doc: TextDocument, params: types.CodeActionParams, resolvable: 
         out += [fix_all] if fix_all is not None else []
     if not _wanted(types.CodeActionKind.QuickFix, only):
         return out
-    confirmed = _Confirmed(doc, workspace_for(config or Config(), workspace))
+    confirmed = _Confirmed(doc, workspace_for(config or Config(), workspace), (config or Config()).timeout)
     for diag in params.context.diagnostics:
-        if diag.source != "gradguard" or not isinstance(diag.data, dict):
-            continue
+        if diag.source != "gradguard" or not isinstance(diag.data, dict) or diag.code == NOT_ANALYSED:
+            continue  # another tool's, or GG000: no rule's, nothing to fix or silence
         for fix in confirmed.fixes(diag):
             title = f"{diag.code}: {fix['title']}" + ("" if fix.get("applicability") == "safe" else " (unsafe fix)")
             action = types.CodeAction(
@@ -65,9 +67,10 @@ class _Confirmed:
     notebook cell is only part of what was analysed, a diagnostic of another version has
     moved, and without libcst no fix can be built: their fixes are listed as planned."""
 
-    def __init__(self, doc: TextDocument, workspace):
+    def __init__(self, doc: TextDocument, workspace, timeout: float):
         self.doc = doc
         self.workspace = workspace  # imports followed as when the document was checked
+        self.timeout = timeout  # for the analysis of the document (the `timeout` setting)
         self.findings = None
 
     def fixes(self, diag: types.Diagnostic) -> list[dict]:
@@ -84,7 +87,8 @@ class _Confirmed:
         path = self.doc.path or "<string>"
         try:
             if self.findings is None:
-                self.findings = analyze(self.doc.source, path=path, workspace=self.workspace)
+                self.findings = analyze(self.doc.source, path=path, workspace=self.workspace,
+                                        deadline=time.monotonic() + self.timeout)
             return [fix_to_json(f) for f in verify.verified(self.doc.source, finding, self.findings, path=path,
                                                             workspace=self.workspace)]
         except (SyntaxError, AnalysisTimeout, ImportError):  # no libcst here: listed as planned

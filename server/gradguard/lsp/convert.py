@@ -6,6 +6,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition, ServerTextRange
 
+from gradguard.api import Checked, failure
 from gradguard.findings import Edit, Finding, Fix, Span
 from gradguard.rules import rule_by_code
 from gradguard.spans import split_lines
@@ -24,6 +25,12 @@ def to_range(codec: PositionCodec, lines: list[str], span: Span) -> types.Range:
 def to_span(codec: PositionCodec, lines: list[str], rng: types.Range) -> Span:
     server = codec.range_from_client_units(lines, rng)
     return Span(server.start.line + 1, server.start.character, server.end.line + 1, server.end.character)
+
+
+def reported(checked: Checked) -> list[Finding]:
+    """What a check shows: its findings and, if the text was not analysed, the GG000 that says why."""
+    failed = failure(checked)
+    return [*checked.findings, failed] if failed is not None else list(checked.findings)
 
 
 def diagnostic(finding: Finding, uri: str, version: int | None, codec: PositionCodec, lines: list[str],

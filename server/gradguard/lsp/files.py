@@ -7,13 +7,15 @@ analyses nothing; it answers with what the last `gradguard.runWorkspaceCheck` fo
 that are not open (the user asked for it; it stands until the file is opened, the settings
 change, or the command runs again).  With "workspace", and for the command, each workspace
 folder is walked as `gradguard check` walks a directory (`api.iter_python_files`, with the
-folder's `exclude`).  A file that is not open is read from disk and analysed in the analysis
-thread, one at a time, so an open document's analysis waits for one file at most, never for
-the whole project; each within the `timeout` setting.  A file is analysed again only when its
-bytes, a module its analysis read, or its settings changed: otherwise the last report stands,
-and a client that holds its result id is told it is unchanged; so a pull after nothing changed
-costs a walk of the folders and a `stat` of each file and module it read, no analysis.  An
-open document is reported from the text in the editor (the document analyses' result).
+folder's `exclude`).  A file that is not open is read from disk and analysed in a worker
+process (`workers`), one at a time, so a walk keeps one worker busy at most and open
+documents are analysed in the others; each within the `timeout` setting.  A file that could
+not be read or analysed is reported with the GG000 diagnostic that says why.  A file is
+analysed again only when its bytes, a module its analysis read, or its settings changed:
+otherwise the last report stands, and a client that holds its result id is told it is
+unchanged; so a pull after nothing changed costs a walk of the folders and a `stat` of each
+file and module it read, no analysis.  An open document is reported from the text in the
+editor (the document analyses' result).
 Notebooks on disk are left out: their findings' lines are cells' lines, which only an open
 notebook can show.
 
@@ -33,9 +35,9 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
-from gradguard.api import Checked, check_source, decode, iter_python_files
+from gradguard.api import NOT_ANALYSED, Checked, NotReadable, decode, iter_python_files, read_source
 from gradguard.config import Config, ConfigError, Configs
-from gradguard.lsp.convert import diagnostic
+from gradguard.lsp.convert import diagnostic, reported
 from gradguard.spans import split_lines
 
 Report = types.WorkspaceDocumentDiagnosticReport
@@ -49,8 +51,7 @@ class FileReport:
     key: tuple  # what it depends on: settings, the file's and the imported modules' stamps
     modules: tuple[str, ...]  # the modules the analysis read
     result_id: str
-    items: list[types.Diagnostic]
-    error: str | None
+    items: list[types.Diagnostic]  # with a GG000 one if the file was not analysed
 
 
 @dataclass
@@ -69,6 +70,13 @@ class Summary:
     files: int = 0
     findings: int = 0
     errors: int = 0
+
+    def count(self, items: list[types.Diagnostic]) -> None:
+        """One file more, with its diagnostics: findings, or a GG000 (not checked)."""
+        failed = sum(item.code == NOT_ANALYSED for item in items)
+        self.files += 1
+        self.findings += len(items) - failed
+        self.errors += bool(failed)
 
     def json(self) -> dict:
         return {"files": self.files, "findings": self.findings, "errors": self.errors}
@@ -151,8 +159,7 @@ class WorkspaceFiles:
                 report = await self._open(uri, previous.get(uri))
                 if report is not None:
                     out.append(report)
-                    summary.files += 1
-                    summary.findings += len(server.diagnostics(uri))
+                    summary.count(server.diagnostics(uri))
                 continue
             old = self.reports.get(key_path)
             uri = old.uri if old is not None else from_fs_path(str(path)) or str(path)
@@ -162,9 +169,7 @@ class WorkspaceFiles:
                 config, problem = server.analyses.config_for(str(path), settings, load)
                 configs[ckey] = Setup(config, repr(config), problem)
             report = await self._file(path, key_path, uri, configs[ckey], stamp)
-            summary.files += 1
-            summary.findings += len(report.items)
-            summary.errors += report.error is not None
+            summary.count(report.items)
             if previous.get(uri) == report.result_id:
                 out.append(types.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, result_id=report.result_id,
                                                                             version=None))
@@ -198,15 +203,15 @@ class WorkspaceFiles:
 
     async def _open(self, uri: str, previous_id: str | None) -> Report | None:
         server = self.server
-        good = await server.analyses.settled(uri)
+        last = await server.analyses.settled(uri)
         doc = server.workspace.text_documents.get(uri)
-        if good is None or doc is None or good.version != doc.version:
-            return None  # closed meanwhile, or its text does not parse: the document pull says so
-        if previous_id == good.result_id:
-            return types.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, result_id=good.result_id,
+        if last is None or doc is None or last.version != doc.version:
+            return None  # closed, changed or out of sync meanwhile: the document pull reports it
+        if previous_id == last.result_id:
+            return types.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, result_id=last.result_id,
                                                                     version=doc.version)
         return types.WorkspaceFullDocumentDiagnosticReport(uri=uri, items=server.diagnostics(uri),
-                                                           version=doc.version, result_id=good.result_id)
+                                                           version=doc.version, result_id=last.result_id)
 
     async def _file(self, path: Path, key_path: str, uri: str, setup: Setup,
                     stamp: Callable[[str], tuple | None]) -> FileReport:
@@ -216,26 +221,23 @@ class WorkspaceFiles:
         if setup.problem:
             self.server.log(f"gradguard: configuration ignored: {setup.problem}")
             setup.problem = None
-        config = setup.config
         text = ""
         try:
-            text = decode(path.read_bytes())
-        except OSError as exc:
-            checked = Checked(str(path), error=f"{path}: cannot read: {exc.strerror or exc}")
+            text = decode(read_source(path))
+        except NotReadable as exc:  # not a regular file, too big, or unreadable
+            checked = Checked(str(path)).failed(str(exc))
         except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # bad coding cookie, bytes or codec
-            checked = Checked(str(path), error=f"{path}: cannot decode: {exc}")
+            checked = Checked(str(path)).failed(f"cannot decode: {' '.join(str(exc).split())}")
         else:
-            checked = await asyncio.get_running_loop().run_in_executor(
-                self.server.analyses.pool, functools.partial(check_source, text, str(path), config,
-                                                             workspace=self.server.analyses.workspace))
+            checked, _ = await self.server.analyses.check(text, str(path), setup.config, notes=False)
         if checked.error:
             self.server.log(f"gradguard: {checked.error}")
         lines = split_lines(text)
         codec = self.server.workspace.position_codec
         self._counter += 1
+        items = [diagnostic(f, uri, None, codec, lines) for f in reported(checked)]
         report = FileReport(uri, self._key(path, checked.modules, setup, stamp), checked.modules,
-                            f"file-{self._counter}", [diagnostic(f, uri, None, codec, lines) for f in checked.findings],
-                            checked.error)
+                            f"file-{self._counter}", items)
         self.reports[key_path] = report
         return report
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+from dataclasses import dataclass
 
 from gradguard.engine.values import DIRTY, FREED
 from gradguard.facts import Facts, position
@@ -60,18 +61,35 @@ def finding_markdown(f: Finding, cells: Cells = ()) -> str:
     return "\n\n".join(parts)
 
 
-def facts_markdown(facts: Facts, line: int, column: int) -> str | None:
-    """Hover for an unflagged position: a backward call, or a name holding a tensor."""
-    for b in facts.backwards.values():
-        if contains(facts.span(b.node), line, column):
-            return _backward_markdown(facts, b)
+@dataclass(frozen=True)
+class Note:
+    """What hovering over a place says, worked out with the facts of an analysis (which stay
+    in the process that analysed: `workers`) and kept with its findings."""
+
+    span: Span
+    markdown: str
+    backward: bool  # a backward call (it wins over a name inside it)
+
+
+def notes(facts: Facts) -> tuple[Note, ...]:
+    """A note for each backward call and each name holding a tensor, in the order `note_at` reads them."""
+    out = [Note(facts.span(b.node), _backward_markdown(facts, b), True) for b in facts.backwards.values()]
+    out += [Note(facts.span(node), _value_markdown(facts, node), False) for node in ast.walk(facts.tree)
+            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) in facts.values]
+    return tuple(out)
+
+
+def note_at(found: tuple[Note, ...], line: int, column: int) -> str | None:
+    """Hover for an unflagged position: the backward call there, else the innermost name
+    holding a tensor (of `a.b.c`, the one that starts last)."""
     best = None
-    for node in ast.walk(facts.tree):
-        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) in facts.values \
-                and contains(facts.span(node), line, column):
-            if best is None or facts.span(node).column >= facts.span(best).column:
-                best = node
-    return _value_markdown(facts, best) if best is not None else None
+    for note in found:
+        if contains(note.span, line, column):
+            if note.backward:
+                return note.markdown
+            if best is None or note.span.column >= best.span.column:
+                best = note
+    return best.markdown if best is not None else None
 
 
 def _regions_text(facts: Facts, regions, limit: int = 3) -> str:

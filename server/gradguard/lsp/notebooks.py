@@ -7,13 +7,14 @@ line; fixes are offered only when all their edits fall in the flagged cell.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from lsprotocol import types
 
 from gradguard.api import Checked
-from gradguard.findings import Span
-from gradguard.lsp.convert import diagnostic, to_range
+from gradguard.findings import Finding, Span
+from gradguard.lsp.convert import diagnostic, reported, to_range
 from gradguard.notebook import join_cells
 from gradguard.spans import split_lines
 
@@ -32,8 +33,10 @@ def joined(workspace, notebook: types.NotebookDocument) -> tuple[str, tuple, lis
     return text, starts, uris
 
 
-def diagnostics(workspace, checked: Checked, uris: list[str]) -> dict[str, list[types.Diagnostic]]:
-    """Diagnostics per cell URI (every cell gets a list, so cleared cells are cleared)."""
+def diagnostics(workspace, checked: Checked, uris: list[str],
+                more: Iterable[Finding] = ()) -> dict[str, list[types.Diagnostic]]:
+    """Diagnostics per cell URI (every cell gets a list, so cleared cells are cleared): the
+    findings, GG000 if the notebook was not analysed, and `more` (findings of the joined text)."""
     out: dict[str, list[types.Diagnostic]] = {uri: [] for uri in uris}
 
     def related_at(span: Span) -> types.Location:
@@ -42,7 +45,7 @@ def diagnostics(workspace, checked: Checked, uris: list[str]) -> dict[str, list[
         doc = workspace.get_text_document(uris[cell - 1])
         return types.Location(uri=doc.uri, range=to_range(doc.position_codec, split_lines(doc.source), local))
 
-    for finding in checked.findings:
+    for finding in (*reported(checked), *more):
         cell, _ = checked.locate(finding.span.line)
         if cell is None or cell > len(uris):
             continue

@@ -1,39 +1,114 @@
 """`gradguard lsp`: the language server, a thin layer over the analysis library.
 
-It keeps no analysis logic of its own: documents go to `gradguard.api.check_source`
-(through `documents.Analyses`, which debounces and drops stale results), findings become
-diagnostics (`convert`), fixes become code actions (`actions`), hovers read the
-findings and facts (`hover`), and a pasted traceback goes to `gradguard.explain`.  Settings
-are per workspace folder (`settings`); the folders' files that are not open are checked for
-workspace diagnostics when `diagnosticMode` is "workspace", and by "check workspace" (`files`).
+It keeps no analysis logic of its own: documents go to `gradguard.api.check_source` in
+worker processes (`workers`, through `documents.Analyses`, which debounces and drops stale
+results), findings become diagnostics (`convert`) and what kept a document from being
+analysed a GG000 diagnostic, fixes become code actions (`actions`), hovers read the findings
+and the notes the analysis left (`hover`), and a pasted traceback goes to
+`gradguard.explain`.  Settings are per workspace folder (`settings`); the folders' files that
+are not open are checked for workspace diagnostics when `diagnosticMode` is "workspace", and
+by "check workspace" (`files`).
 It never imports or runs the user's code and does not need torch.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import logging
+import sys
+import traceback
 from pathlib import Path
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
 from lsprotocol import types
+from pygls.exceptions import (
+    FeatureNotificationError,
+    FeatureRequestError,
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcServerNotInitialized,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import RPCRequest
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from gradguard import __version__
-from gradguard.api import Checked
+from gradguard.api import Checked, failure
 from gradguard.explain import NoTraceback, explain
+from gradguard.findings import Finding
 from gradguard.lsp import actions, hover, notebooks
-from gradguard.lsp.convert import diagnostic
+from gradguard.lsp.convert import diagnostic, reported
 from gradguard.lsp.documents import Analyses
 from gradguard.lsp.files import WorkspaceFiles
 from gradguard.lsp.settings import FolderSettings
 from gradguard.lsp.text import LspWorkspace
 from gradguard.spans import split_lines
 
+
 class Protocol(LanguageServerProtocol):
-    """pygls's protocol, tolerant of editors that send changes after closing a document
-    (VS Code does for an untitled one closed with "Don't Save")."""
+    """pygls's protocol, held to the LSP specification where pygls is not (each case is tested
+    in tests/test_lsp_lifecycle.py):
+
+    - a request whose params do not have the method's shape is answered InvalidParams (pygls
+      answered nothing, so the client waited forever, and showed an error dialog); such a
+      notification is logged and ignored;
+    - a request after `shutdown` is answered InvalidRequest (pygls dropped it), one before
+      `initialize` ServerNotInitialized (pygls failed it with an internal error);
+    - `exit` ends the process with code 0 after `shutdown`, else 1 (`exit_code`: pygls's
+      `sys.exit` was swallowed by its own loop, so it was always 0);
+    - a message that is not JSON or not JSON-RPC is logged, never shown in a dialog
+      (`GradGuardServer.report_server_error`).
+
+    It also tolerates changes sent after closing a document (VS Code sends them for an
+    untitled one closed with "Don't Save").
+    """
+
+    initialized = False  # `initialize` was received
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self._shutdown else 1
+
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:  # a message of a known method whose params pygls cannot read
+            return Unreadable(data.get("id"), data.get("method"), _reason(exc.__cause__ or exc))
+
+    def handle_message(self, message) -> None:
+        if isinstance(message, Unreadable):
+            self._refuse(message.id, message.method, JsonRpcInvalidParams(f"invalid params: {message.reason}"))
+            return
+        if not isinstance(getattr(message, "jsonrpc", None), str):  # JSON, but no JSON-RPC 2.0 message
+            data = message if isinstance(message, dict) else {}
+            self._refuse(data.get("id"), data.get("method"), JsonRpcInvalidRequest("not a JSON-RPC 2.0 message"))
+            return
+        method = getattr(message, "method", None)
+        if isinstance(message, RPCRequest):
+            if self._shutdown:
+                self._refuse(message.id, method, JsonRpcInvalidRequest("the server is shut down: only 'exit' follows"))
+                return
+            if not self.initialized and method != types.INITIALIZE:
+                self._refuse(message.id, method, JsonRpcServerNotInitialized("the server is not initialized yet"))
+                return
+            self.initialized = True
+        elif not self.initialized and method not in (types.EXIT, None):
+            self._server.log(f"gradguard: {method} before initialize ignored")
+            return
+        super().handle_message(message)
+
+    def _refuse(self, msg_id, method, error: JsonRpcException) -> None:
+        """Answer a request with `error`; log a notification's (it has no answer)."""
+        if isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool):
+            self._send_response(msg_id, error=error.to_response_error())
+        else:
+            self._server.log(f"gradguard: {method or 'a message'} ignored: {error.message}", types.MessageType.Warning)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
@@ -41,10 +116,36 @@ class Protocol(LanguageServerProtocol):
             return
         yield from super().lsp_text_document__did_change(params)
 
-    def use_lsp_lines(self) -> None:
-        """Keep documents that split lines as LSP does (`text`); called on `initialize`,
-        before any document is open."""
-        self._workspace = LspWorkspace.like(self.workspace, SYNC)
+    def use_lsp_lines(self, on_reject) -> None:
+        """Keep documents that split lines as LSP does and reject changes outside them (`text`);
+        called on `initialize`, before any document is open."""
+        self._workspace = LspWorkspace.like(self.workspace, SYNC, on_reject)
+
+
+class _OwnReport(logging.Filter):
+    """Drops pygls's own report of a message it could not read or handle (a traceback on
+    stderr): `GradGuardServer.report_server_error` logs it, in one line when it is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Unable to deserialize message", "Unable to handle message"))
+
+
+for _name in ("pygls.protocol.json_rpc", "pygls.server"):
+    logging.getLogger(_name).addFilter(_OwnReport())
+
+
+class Unreadable:
+    """A message whose params do not have its method's shape (`Protocol.structure_message`)."""
+
+    def __init__(self, msg_id, method, reason: str):
+        self.id, self.method, self.reason = msg_id, method, reason
+
+
+def _reason(exc: BaseException) -> str:
+    """Why params could not be read, in one line: each field that is wrong, where."""
+    found = transform_error(exc) if isinstance(exc, ClassValidationError) else [str(exc)]
+    text = " ".join("; ".join(found).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 EXPLAIN_COMMAND = "gradguard.explain"  # workspace/executeCommand: explain a pasted traceback
@@ -74,16 +175,54 @@ class GradGuardServer(LanguageServer):
     def log(self, message: str, kind=types.MessageType.Log) -> None:
         self.window_log_message(types.LogMessageParams(type=kind, message=message))
 
+    def report_server_error(self, error: Exception, source) -> None:
+        """What goes wrong outside a request (a message that is not JSON, a notification that
+        failed) goes to the log: pygls showed each in an error dialog.  A failed request is
+        answered with the error instead; a failure to send cannot be told to the client."""
+        if source is FeatureRequestError:
+            return
+        if source is JsonRpcInternalError:
+            print(f"gradguard: cannot write to the client: {error}", file=sys.stderr, flush=True)
+            return
+        if isinstance(error, json.JSONDecodeError):
+            self.log(f"gradguard: a message that is not JSON was ignored: {error}", types.MessageType.Error)
+        elif source is FeatureNotificationError:  # `error` holds the traceback
+            self.log(f"gradguard: internal error handling a notification: {error}", types.MessageType.Error)
+        else:
+            self.log("gradguard: internal error handling a message:\n"
+                     + "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+                     types.MessageType.Error)
+
+    def shutdown(self) -> None:
+        """The connection ends (after `exit`, or the client is gone): no analysis outlives it."""
+        self.analyses.stop()
+        super().shutdown()
+
+    def rejected(self, uri: str, why: str) -> None:
+        """A change to the document was rejected (`text`): it is out of sync until its whole text comes."""
+        self.log(f"gradguard: {uri}: change rejected, document out of sync: {why}", types.MessageType.Warning)
+
     def analyse(self, uri: str) -> None:
-        """Schedule an analysis of a text document, or of the notebook a cell belongs to."""
+        """Schedule an analysis of a text document, or of the notebook a cell belongs to; a
+        document out of sync is not analysed: its diagnostic says so."""
         notebook = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook is not None:
+            stale = [cell.document for cell in notebook.cells
+                     if self.workspace.get_text_document(cell.document).out_of_sync is not None]
+            for cell_uri in stale:  # pushed to every client, as cells' diagnostics are
+                self.publish(cell_uri, self.workspace.get_text_document(cell_uri).version)
+            if stale:
+                return
             text, starts, uris = notebooks.joined(self.workspace, notebook)
             self.analyses.schedule(notebook.uri, notebook.version, text, _path(notebook.uri),
-                                   lambda nb, _version, checked, _problem: self.done_notebook(nb, uris, checked),
+                                   lambda nb, _, checked, problem: self.done_notebook(nb, uris, checked, problem),
                                    cells=starts)
             return
         doc = self.workspace.get_text_document(uri)
+        if doc.out_of_sync is not None:
+            if not self.pull:
+                self.publish(uri, doc.version)
+            return
         self.analyses.schedule(uri, doc.version, doc.source, _path(uri), self.done)
         path = _path(uri)
         for other in self.analyses.importers(path) if path else ():  # they read this module: analyse them again
@@ -95,30 +234,35 @@ class GradGuardServer(LanguageServer):
         if problem:
             self.log(f"gradguard: configuration ignored: {problem}", types.MessageType.Warning)
         if checked.error:
-            # Half-typed code: keep what the editor shows and say why in the log, not on screen.
             self.log(f"gradguard: {checked.error}")
-            return
         if not self.pull:
             self.publish(uri, version)
 
-    def done_notebook(self, notebook_uri: str, uris: list[str], checked: Checked) -> None:
+    def done_notebook(self, notebook_uri: str, uris: list[str], checked: Checked, problem: str | None) -> None:
         if checked.error:
             self.log(f"gradguard: {checked.error}")
-            return
         self.cells[notebook_uri] = uris
         # Cells' diagnostics are pushed to every client (VS Code does not pull them); a pull
         # for a cell answers with nothing, so nothing shows twice.
-        for cell_uri, items in notebooks.diagnostics(self.workspace, checked, uris).items():
+        for cell_uri, items in notebooks.diagnostics(self.workspace, checked, uris, config_failure(problem)).items():
             self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=items))
 
     def diagnostics(self, uri: str) -> list[types.Diagnostic]:
-        state = self.analyses.docs.get(uri)
-        good = state.good if state else None
-        if good is None:
-            return []
+        """The document's: its last analysis's findings, and a GG000 for what kept it from being
+        analysed (or from being analysed with its settings); a GG000 alone when out of sync."""
         doc = self.workspace.get_text_document(uri)
-        lines = split_lines(good.text)
-        return [diagnostic(f, uri, good.version, doc.position_codec, lines) for f in good.checked.findings]
+        if doc.out_of_sync is not None:
+            lines = split_lines(doc.source)
+            finding = failure(Checked(uri).failed(f"document out of sync with the editor ({doc.out_of_sync}): "
+                                                  f"close and reopen it"))
+            return [diagnostic(finding, uri, doc.version, doc.position_codec, lines)]
+        state = self.analyses.docs.get(uri)
+        last = state.last if state else None
+        if last is None:
+            return []
+        lines = split_lines(last.text)
+        found = [*reported(last.checked), *config_failure(last.problem)]
+        return [diagnostic(f, uri, last.version, doc.position_codec, lines) for f in found]
 
     def publish(self, uri: str, version) -> None:
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
@@ -148,6 +292,11 @@ def _path(uri: str) -> str | None:
         return None
 
 
+def config_failure(problem: str | None) -> list[Finding]:
+    """GG000 for a broken configuration (`problem`), which the defaults replaced."""
+    return [failure(Checked("").failed(f"configuration: {problem} (the defaults are used)"))] if problem else []
+
+
 def _refresh_supported(caps: types.ClientCapabilities) -> bool:
     ws = caps.workspace
     return bool(ws and ws.diagnostics and ws.diagnostics.refresh_support)
@@ -163,7 +312,13 @@ def initialize(ls: GradGuardServer, params: types.InitializeParams):
     ls.settings.changed(params.initialization_options)
     if caps.workspace and caps.workspace.configuration:
         ls.settings.ask = ls.configuration
-    ls.protocol.use_lsp_lines()
+    ls.protocol.use_lsp_lines(ls.rejected)
+    ls.analyses.workers.start()
+
+
+@server.feature(types.SHUTDOWN)
+def shutdown(ls: GradGuardServer, *_):
+    ls.analyses.stop()  # nothing is published after the answer, and `exit` waits for no analysis
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
@@ -217,13 +372,22 @@ async def pull_diagnostics(ls: GradGuardServer, params: types.DocumentDiagnostic
         return types.RelatedFullDocumentDiagnosticReport(items=[])  # pushed (see done_notebook)
     if uri not in ls.analyses.docs:
         ls.analyse(uri)
-    good = await ls.analyses.settled(uri)
-    doc = ls.workspace.get_text_document(uri)
-    if good is not None and good.version != doc.version and params.previous_result_id == good.result_id:
-        return types.RelatedUnchangedDocumentDiagnosticReport(result_id=good.result_id)
-    if good is None or good.version != doc.version:
-        return types.RelatedFullDocumentDiagnosticReport(items=[])  # the text no longer parses
-    return types.RelatedFullDocumentDiagnosticReport(items=ls.diagnostics(uri), result_id=good.result_id)
+    while True:  # until the analysis of the text the editor has now (it may change meanwhile)
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return types.RelatedFullDocumentDiagnosticReport(items=[])  # closed meanwhile
+        if doc.out_of_sync is not None:
+            return types.RelatedFullDocumentDiagnosticReport(items=ls.diagnostics(uri))
+        last = await ls.analyses.settled(uri)
+        if last is None:
+            return types.RelatedFullDocumentDiagnosticReport(items=[])  # closed meanwhile
+        if last.version == doc.version:
+            break
+        if not ls.analyses.busy(uri):  # a change that scheduled nothing (it failed): it is now
+            ls.analyse(uri)
+    if params.previous_result_id == last.result_id:
+        return types.RelatedUnchangedDocumentDiagnosticReport(result_id=last.result_id)
+    return types.RelatedFullDocumentDiagnosticReport(items=ls.diagnostics(uri), result_id=last.result_id)
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -242,9 +406,9 @@ async def code_action(ls: GradGuardServer, params: types.CodeActionParams):
     settings = await ls.settings.get(uri)
     if uri not in ls.workspace.text_documents:
         return []
-    doc = ls.workspace.get_text_document(uri)
+    doc = ls.workspace.get_text_document(uri).snapshot()
     config, _ = ls.analyses.config_for(doc.path, settings)
-    return actions.code_actions(doc, params, ls.resolvable, config, ls.analyses.workspace)
+    return await ls.analyses.run_local(actions.code_actions, doc, params, ls.resolvable, config, ls.analyses.workspace)
 
 
 @server.feature(types.CODE_ACTION_RESOLVE)
@@ -264,11 +428,12 @@ async def apply_fix_all(ls: GradGuardServer, target=None):
     uri = target.get("uri")
     if uri not in ls.workspace.text_documents:
         return {"applied": 0, "reason": f"{uri} is not open"}
-    doc = ls.workspace.get_text_document(uri)
+    doc = ls.workspace.get_text_document(uri).snapshot()
     if target.get("version") is not None and target["version"] != doc.version:
         return {"applied": 0, "reason": "the document changed since the command was given"}
     config, _ = ls.analyses.config_for(doc.path, await ls.settings.get(uri))
-    made = actions.fix_all_edit(doc, config, unsafe=bool(target.get("unsafe")), workspace=ls.analyses.workspace)
+    made = await ls.analyses.run_local(actions.fix_all_edit, doc, config, bool(target.get("unsafe")),
+                                       ls.analyses.workspace)
     if made is None:
         return {"applied": 0, "reason": "nothing to fix"}
     edit, count = made
@@ -318,8 +483,8 @@ async def explain_traceback(ls: GradGuardServer, target=None):
     cwd = Path(ls.workspace.root_path) if ls.workspace.root_path else (folders[0] if folders else Path.cwd())
     job = functools.partial(explain, text, cwd=cwd, roots=folders or [cwd],
                             config_for=lambda path: ls.analyses.config_for(str(path), {})[0])
-    try:  # on the analyses' worker: the event loop stays free, and one analysis runs at a time
-        explanation = await asyncio.get_running_loop().run_in_executor(ls.analyses.pool, job)
+    try:
+        explanation = await ls.analyses.run_local(job)
     except NoTraceback as exc:
         return {"error": str(exc)}
     return {**explanation.to_dict(), "markdown": explanation.markdown()}
@@ -335,22 +500,22 @@ async def on_hover(ls: GradGuardServer, params: types.HoverParams):
     line, column = pos.line + 1, pos.character
     notebook = ls.workspace.get_notebook_document(cell_uri=uri)
     if notebook is not None:  # a cell: its lines are a stretch of the notebook's joined module
-        good = await ls.analyses.settled(notebook.uri)
+        last = await ls.analyses.settled(notebook.uri)
         uris = ls.cells.get(notebook.uri, [])
-        if good is None or good.version != notebook.version or uri not in uris:
+        if last is None or last.version != notebook.version or uri not in uris:
             return None
-        starts = {cell: start for start, cell in good.checked.cells}
+        starts = {cell: start for start, cell in last.checked.cells}
         if uris.index(uri) + 1 not in starts:
             return None
         line += starts[uris.index(uri) + 1] - 1
     else:
-        good = await ls.analyses.settled(uri)
-        if good is None or good.version != doc.version:
+        last = await ls.analyses.settled(uri)
+        if last is None or last.version != doc.version:
             return None
-    text = next((hover.finding_markdown(f, good.checked.cells) for f in good.checked.findings
+    text = next((hover.finding_markdown(f, last.checked.cells) for f in last.checked.findings
                  if hover.contains(f.span, line, column)), None)
-    if text is None and good.checked.facts is not None:
-        text = hover.facts_markdown(good.checked.facts, line, column)
+    if text is None:
+        text = hover.note_at(last.notes, line, column)
     if text is None:
         return None
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
@@ -358,5 +523,5 @@ async def on_hover(ls: GradGuardServer, params: types.HoverParams):
 
 def main() -> int:
     server.start_io()
-    return 0
+    return server.protocol.exit_code
 
