@@ -42,6 +42,14 @@ def test_syntax_error(tmp_path):
                       "message": "syntax error: invalid syntax", "related": [], "url": None, "fix": None}
 
 
+@pytest.mark.parametrize("bad, said", [("\0", "a null byte"), ("\ud800", "a lone surrogate (U+D800)")])
+def test_characters_no_parser_takes(bad, said):
+    """An editor's text can hold what no file can: a lone surrogate comes through its JSON
+    (found by tests/test_fuzz.py's mutations, where it was an internal error)."""
+    result = api.check_source(f"import torch\n\nx = '{bad}'\n", "t.py", Config())
+    assert (result.cause, result.at, result.internal) == (f"syntax error: source contains {said}", (3, 0), False)
+
+
 def test_time_budget_names_the_line_reached(tmp_path):
     """A long chain of tensor operations: more than 0.2 s of analysis on any machine."""
     lines = ["import torch", "x = torch.randn(3, requires_grad=True)", "h = x"]

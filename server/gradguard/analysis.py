@@ -127,6 +127,8 @@ def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells
     for rule_cls in ALL_RULES:
         if not issubclass(rule_cls, FindingsRule):
             for f in rule_cls().check(facts):
+                if deadline is not None and time.monotonic() > deadline:  # a finding's fixes took long
+                    raise AnalysisTimeout()
                 if f.span.path is None:
                     findings.setdefault((f.span, f.code), f)
     return _with_findings_rules(source, list(findings.values())), facts

@@ -86,6 +86,11 @@ class Checked(FileResult):
         self.error = f"{self.where(line, column + 1)}: {cause}"
         return self
 
+    def crashed(self, exc: BaseException) -> Checked:
+        """This result as that of a file whose analysis hit a bug in GradGuard: `exc`, said in
+        one line with where in GradGuard it was raised, for the user to report."""
+        return self.failed(f"internal error in GradGuard: {_describe(exc)}", internal=True)
+
 
 def failure(result: Checked) -> Finding | None:
     """The GG000 finding of a file not analysed (None for one that was): severity error, at the
@@ -119,8 +124,9 @@ def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
     result = Checked(path, cells=cells)
     if not config.enabled:
         return result
-    if "\0" in text:  # Python 3.10 and older raise ValueError, not SyntaxError, for this
-        return result.failed("syntax error: source contains a null byte", text.count("\n", 0, text.index("\0")) + 1)
+    unreadable = _unparseable(text)
+    if unreadable is not None:
+        return result.failed(f"syntax error: source contains {unreadable[1]}", text.count("\n", 0, unreadable[0]) + 1)
     try:
         findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout,
                                      workspace=workspace_for(config, workspace), cells=cells)
@@ -134,13 +140,26 @@ def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
         result.failed(f"not analysed past line {exc.line}: {spent}" if exc.line else f"not analysed: {spent}",
                       exc.line or 1)
     except Exception as exc:  # an engine bug must not take the other files down with it
-        result.failed(f"internal error in GradGuard: {_describe(exc)}", internal=True)
+        result.crashed(exc)
     else:
         noqa = Noqa(text) if findings else None
         result.findings = [finding.with_severity(config.severity.get(finding.code, finding.severity))
                            for finding in findings if config.selects(finding.code, path)
                            and (noqa is None or noqa.covering(finding) is None)]
     return result
+
+
+def _unparseable(text: str) -> tuple[int, str] | None:
+    """(index, what) of the first character no parser takes: a null byte (Python 3.10 and
+    older raise ValueError for it, not SyntaxError), or a lone surrogate, which an editor's
+    JSON can carry and no UTF-8 can (`ast.parse` raises UnicodeEncodeError)."""
+    if "\0" in text:
+        return text.index("\0"), "a null byte"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start, f"a lone surrogate (U+{ord(text[exc.start]):04X})"
+    return None
 
 
 def check_file(path: str | os.PathLike, config: Config, data: bytes | None = None) -> Checked:

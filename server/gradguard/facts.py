@@ -130,6 +130,7 @@ class Facts:
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
     cells: Cells = ()  # a notebook's: where each cell starts in `source`, for the lines messages name
+    _nodes: dict = field(default_factory=dict, repr=False)  # (id(scope), kinds) -> `nodes`; scopes live as long
 
     def add_module(self, module) -> None:
         """Nodes of an imported workspace module get that module's positions and text."""
@@ -140,6 +141,20 @@ class Facts:
         """The imported module `node` belongs to, None for the file analysed."""
         key = id(node)
         return next((m for m in self.modules if key in m.node_ids), None) if self.modules else None
+
+    def nodes(self, scope=None, *kinds) -> list:
+        """The nodes of `scope` (a function, a loop; the module when None) in `ast.walk`'s order,
+        only those of `kinds` if any are given.  Listed once per scope and kinds: the fixes of
+        the findings of one file look through the same scopes again and again, and a walk
+        each time made a large file's rules take longer than its analysis."""
+        scope = self.tree if scope is None else scope
+        key = (id(scope), kinds)
+        found = self._nodes.get(key)
+        if found is None:
+            every = self._nodes.get((id(scope), ())) or list(ast.walk(scope))
+            self._nodes[(id(scope), ())] = every
+            found = self._nodes[key] = [n for n in every if isinstance(n, kinds)] if kinds else every
+        return found
 
     @cached_property
     def parents(self) -> dict:

@@ -118,8 +118,8 @@ def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
     read a tensor carrying one of `regions` (of any iteration), and that nothing reads later
     in the function: the object outlives the iteration, and so does the graph it holds."""
     out = []
-    for stmt in ast.walk(facts.tree):
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+    for stmt in facts.nodes(None, ast.Assign):
+        if len(stmt.targets) != 1:
             continue
         target = stmt.targets[0]
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
@@ -135,11 +135,12 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
     self.h)`, `out, self.hidden = self.rnn(x, self.hidden)`): the reads of it, as a tensor,
     before that statement in its function, where the previous call's value comes back."""
     out = []
-    for stmt in ast.walk(facts.tree):
-        if not (isinstance(stmt, ast.Assign) and _carries(facts, stmt.value, regions)):
+    for stmt in facts.nodes(None, ast.Assign):
+        targets = [n for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
+                   and isinstance(n.ctx, ast.Store)]
+        if not targets or not _carries(facts, stmt.value, regions):
             continue
-        for target in [n for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
-                       and isinstance(n.ctx, ast.Store)]:
+        for target in targets:
             rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
             reads = [n for n in _reads_of(facts, facts.text(target, 200), _function_of(facts, stmt))
                      if (before(n, stmt) or id(n) in rhs) and (t := facts.values.get(id(n))) is not None
@@ -163,8 +164,7 @@ def _read_after(facts: Facts, target: ast.Attribute, stmt: ast.stmt) -> bool:
 def _reads_of(facts: Facts, text: str, function, start: tuple = (0, 0), end: tuple | None = None) -> list:
     """The loads of the name or attribute written `text` in `function` (the module if None),
     from `start` up to `end` (line, column)."""
-    return [n for n in ast.walk(function if function is not None else facts.tree)
-            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+    return [n for n in facts.nodes(function, ast.Name, ast.Attribute) if isinstance(n.ctx, ast.Load)
             and start <= (n.lineno, n.col_offset) and (end is None or (n.lineno, n.col_offset) < end)
             and (n.id if isinstance(n, ast.Name) else facts.text(n, 200)) == text]
 
@@ -230,8 +230,8 @@ def _may_be_none(facts: Facts, read: ast.expr) -> bool:
         if is_none is not None and node in (parent.orelse if is_none else parent.body):
             return False
         node = parent
-    for guard in ast.walk(_function_of(facts, read) or facts.tree):
-        if isinstance(guard, ast.If) and before(guard, read) and read not in set(ast.walk(guard)) \
+    for guard in facts.nodes(_function_of(facts, read), ast.If):
+        if before(guard, read) and read not in set(ast.walk(guard)) \
                 and _none_test(facts, guard.test, text) is True \
                 and any(isinstance(a, ast.Assign) and any(facts.text(t, 200) == text for t in a.targets)
                         for a in guard.body):
@@ -255,8 +255,8 @@ def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset
     function = _function_of(facts, b.node)
     shared, within = _sites(shared), _sites(within)
     out = []
-    for call in ast.walk(function or facts.tree):
-        if not (isinstance(call, ast.Call) and before(first, call) and before(call, b.node)
+    for call in facts.nodes(function, ast.Call):
+        if not (before(first, call) and before(call, b.node)
                 and _function_of(facts, call) is function):
             continue
         for arg in call.args:
@@ -409,7 +409,7 @@ def _call_chain(key: tuple) -> tuple:
 def _call_in(facts: Facts, chain: tuple, function) -> ast.Call | None:
     """The call of `chain` written in `function` itself: where its code leads to what a
     callee did."""
-    calls = {id(n): n for n in ast.walk(function if function is not None else facts.tree) if isinstance(n, ast.Call)}
+    calls = {id(n): n for n in facts.nodes(function, ast.Call)}
     return next((calls[c] for c in chain if c in calls and _function_of(facts, calls[c]) is function), None)
 
 
@@ -570,7 +570,7 @@ def _computed_here(facts: Facts, name: ast.Name, stmt: ast.stmt) -> bool:
     (`sim = torch.exp(...)`): a copy of it then changes nothing anyone else sees, unlike a
     loop variable over `model.buffers()` or an argument."""
     scope = _function_of(facts, stmt)
-    binds = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and n.id == name.id
+    binds = [n for n in facts.nodes(scope, ast.Name) if n.id == name.id
              and isinstance(n.ctx, ast.Store) and before(n, stmt) and _function_of(facts, n) is scope]
     if not binds or (scope is not None and any(a.arg == name.id for a in scope.args.args)):
         return False
@@ -639,7 +639,7 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on {facts.line(cut)}",
                              (edit(facts, "remove_detach", cut),)))
         elif _is_autograd_grad(facts, cut):  # and every other derivative taken there: PINN residuals chain them
-            calls = [c for c in ast.walk(_function_of(facts, cut) or facts.tree) if _is_autograd_grad(facts, c)
+            calls = [c for c in facts.nodes(_function_of(facts, cut), ast.Call) if _is_autograd_grad(facts, c)
                      and _function_of(facts, c) is _function_of(facts, cut)
                      and not any(k.arg == "create_graph" for k in c.keywords)]
             fixes.append(Fix(f"Differentiate the gradients of {facts.line(cut)}: `create_graph=True`",
@@ -711,12 +711,12 @@ def soft_comparisons(facts: Facts, cut: ast.AST) -> list[Edit]:
         compares = [parent]
     elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
         name, scope, x = parent.targets[0].id, _function_of(facts, cut), _argmax_input(facts, cut)
-        stores = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        stores = [n for n in facts.nodes(scope, ast.Name) if isinstance(n.ctx, ast.Store)
                   and _function_of(facts, n) is scope and (n.id == name or n.id == getattr(x, "id", None)
                                                            and before(parent, n))]
         if not isinstance(x, ast.Name) or len(stores) != 1:  # the compare must see the argmax's input as it was
             return []
-        compares = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Compare) and before(parent, n)
+        compares = [n for n in facts.nodes(scope, ast.Compare) if before(parent, n)
                     and _function_of(facts, n) is scope
                     and any(isinstance(s, ast.Name) and s.id == name for s in (n.left, *n.comparators))]
     else:
@@ -733,8 +733,8 @@ def _argmax_input(facts: Facts, call: ast.Call):
     """X in `X.argmax(...)` or `torch.argmax(X, ...)`."""
     owner = call.func.value
     imported = isinstance(owner, ast.Name) and any(
-        (a.asname or a.name.split(".")[0]) == owner.id for n in ast.walk(facts.tree)
-        if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+        (a.asname or a.name.split(".")[0]) == owner.id for n in facts.nodes(None, ast.Import, ast.ImportFrom)
+        for a in n.names)
     return (call.args[0] if call.args else None) if imported else owner
 
 
@@ -749,8 +749,8 @@ def _probability(facts: Facts, node) -> bool:
     given one once in its function."""
     if isinstance(node, ast.Name):
         scope = _function_of(facts, node)
-        values = [a.value for a in ast.walk(scope or facts.tree) if isinstance(a, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)
+        values = [a.value for a in facts.nodes(scope, ast.Assign)
+                  if any(isinstance(t, ast.Name) and t.id == node.id for t in a.targets)
                   and _function_of(facts, a) is scope]
         node = values[0] if len(values) == 1 else None
     return isinstance(node, ast.Call) and _last_name(node.func) in ("sigmoid", "softmax")
@@ -778,8 +778,8 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
     calls when xs holds the tensors themselves (`torch.tensor` copies their values only)."""
     scope = _function_of(facts, b.node) or facts.tree
     out = []
-    for call in ast.walk(scope):
-        if not (isinstance(call, ast.Call) and _last_name(call.func) in ("tensor", "as_tensor", "Tensor", "FloatTensor")
+    for call in facts.nodes(scope, ast.Call):
+        if not (_last_name(call.func) in ("tensor", "as_tensor", "Tensor", "FloatTensor")
                 and isinstance(call.func, ast.Attribute) and len(call.args) == 1 and not call.keywords):
             continue
         arg = call.args[0]
@@ -789,11 +789,11 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
         if isinstance(arg, (ast.List, ast.Tuple)):
             items = list(arg.elts)
         elif isinstance(arg, ast.Name):
-            items = [c.args[0] for c in ast.walk(scope) if isinstance(c, ast.Call) and len(c.args) == 1
+            items = [c.args[0] for c in facts.nodes(scope, ast.Call) if len(c.args) == 1
                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
                      and isinstance(c.func.value, ast.Name) and c.func.value.id == arg.id and before(c, call)]
         elif isinstance(arg, ast.Attribute):  # `policy.saved_log_probs`, filled by `self.saved_log_probs.append`
-            items = [c.args[0] for c in ast.walk(facts.tree) if isinstance(c, ast.Call) and len(c.args) == 1
+            items = [c.args[0] for c in facts.nodes(None, ast.Call) if len(c.args) == 1
                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
                      and isinstance(c.func.value, ast.Attribute) and c.func.value.attr == arg.attr]
         elif isinstance(arg, ast.ListComp):
@@ -814,16 +814,16 @@ def numpy_round_trips(facts: Facts, b: Backward) -> list:
     out.detach().numpy()`, `loss = torch.tensor(f(p, y.numpy()))`), the caller's statements
     on the loss's path and the numpy functions they call."""
     scope = _function_of(facts, b.node) or facts.tree
-    called = {_last_name(c.func) for c in ast.walk(scope) if isinstance(c, ast.Call) and before(c, b.node)}
-    functions = {f.name: f for f in ast.walk(facts.tree) if isinstance(f, ast.FunctionDef)}
-    whole = [f for name, f in functions.items() if name in called and _to_numpy(f) and _from_numpy(f)]
+    called = {_last_name(c.func) for c in facts.nodes(scope, ast.Call) if before(c, b.node)}
+    functions = {f.name: f for f in facts.nodes(None, ast.FunctionDef)}
+    whole = [f for name, f in functions.items() if name in called and _to_numpy(facts, f) and _from_numpy(facts, f)]
     if whole:
         return sorted(whole, key=position)
     if not isinstance(b.root, ast.Name):
         return []
-    numpy = {a.asname or a.name for n in ast.walk(facts.tree) if isinstance(n, ast.Import) for a in n.names
+    numpy = {a.asname or a.name for n in facts.nodes(None, ast.Import) for a in n.names
              if a.name == "numpy"}
-    wraps = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, b.node) and _from_numpy(a)
+    wraps = [a for a in facts.nodes(scope, ast.Assign) if before(a, b.node) and _from_numpy(facts, a)
              and any(isinstance(t, ast.Name) and t.id == b.root.id for t in a.targets)]
     if not wraps:
         return []
@@ -837,20 +837,20 @@ def numpy_round_trips(facts: Facts, b: Backward) -> list:
         for earlier in block[:block.index(stmt)]:
             if isinstance(earlier, ast.Assign) and earlier not in path and earlier not in todo \
                     and any(isinstance(t, ast.Name) and t.id in reads for t in earlier.targets) \
-                    and (_to_numpy(earlier) or _numpy_calls(earlier, functions, numpy)):
+                    and (_to_numpy(facts, earlier) or _numpy_calls(earlier, functions, numpy)):
                 todo.append(earlier)
     helpers = {f for stmt in path for f in _numpy_calls(stmt, functions, numpy)}
-    return sorted([*path, *helpers], key=position) if any(_to_numpy(s) for s in path) else []
+    return sorted([*path, *helpers], key=position) if any(_to_numpy(facts, s) for s in path) else []
 
 
-def _to_numpy(node) -> bool:
-    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "numpy"
-               and not c.args for c in ast.walk(node))
+def _to_numpy(facts: Facts, node) -> bool:
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr == "numpy" and not c.args
+               for c in facts.nodes(node, ast.Call))
 
 
-def _from_numpy(node) -> bool:
-    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-               and c.func.attr in K.NUMPY_TO_TORCH.back_to_torch for c in ast.walk(node))
+def _from_numpy(facts: Facts, node) -> bool:
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr in K.NUMPY_TO_TORCH.back_to_torch
+               for c in facts.nodes(node, ast.Call))
 
 
 def _numpy_calls(stmt, functions: dict, numpy: set) -> list:
@@ -880,7 +880,7 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
     """(name, its last assignment before use) of the tensors made without requires_grad that
     the program means to train: it gives them to an optimizer or reads their `.grad`."""
     uses = []
-    for n in ast.walk(facts.tree):
+    for n in facts.nodes(None, ast.Call, ast.Attribute):
         if isinstance(n, ast.Call) and n.args and _last_name(n.func) in K.OPTIMIZERS:
             uses += _elements(facts, n.args[0])
         elif isinstance(n, ast.Attribute) and n.attr == "grad" and isinstance(n.value, ast.Name) \
@@ -892,7 +892,7 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
         if t is None or t.rg is not False or t.leaf is not True or any(use.id == name for name, _ in out):
             continue
         scope = _function_of(facts, use) or facts.tree
-        assigns = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, use)
+        assigns = [a for a in facts.nodes(scope, ast.Assign) if before(a, use)
                    and any(isinstance(x, ast.Name) and x.id == use.id for x in a.targets)
                    and _function_of(facts, a) is _function_of(facts, use)]
         if assigns:
@@ -908,7 +908,7 @@ def _elements(facts: Facts, node) -> list:
     """The names in a list or tuple literal, or in the one a name was last given before `node`."""
     if isinstance(node, ast.Name):
         scope = _function_of(facts, node) or facts.tree
-        lists = [a.value for a in ast.walk(scope) if isinstance(a, ast.Assign) and before(a, node)
+        lists = [a.value for a in facts.nodes(scope, ast.Assign) if before(a, node)
                  and isinstance(a.value, (ast.List, ast.Tuple))
                  and any(isinstance(x, ast.Name) and x.id == node.id for x in a.targets)]
         node = max(lists, key=position) if lists else node
@@ -965,8 +965,8 @@ def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
         return ()
     name = read.value.id
     stmt = statement_of(facts, read)
-    assigns = [n for n in ast.walk(facts.tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-               and before(n, stmt) and any(isinstance(t, ast.Name) and t.id == name
+    assigns = [n for n in facts.nodes(None, ast.Assign, ast.AugAssign, ast.AnnAssign)
+               if before(n, stmt) and any(isinstance(t, ast.Name) and t.id == name
                                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
     if not assigns:
         return ()

@@ -4,8 +4,8 @@ The interpreter counts its steps (statements and expressions) and the joins of v
 the items they go through; the clock is read only once per `STEPS` units of work, so a check
 costs a subtraction almost always and an analysis stops within milliseconds of its deadline,
 whatever the input.  The joins find the clock of the analysis running in their thread through
-a context variable (the language server analyses in worker threads), so they need no
-reference to the interpreter.
+a context variable, so they need no reference to the interpreter, and analyses run side by
+side in threads each keep their own.
 """
 from __future__ import annotations
 

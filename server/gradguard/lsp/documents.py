@@ -120,8 +120,7 @@ class Analyses:
 
     def _internal_error(self, path: str, exc: Exception) -> Checked:
         self.log_error(f"gradguard: internal error analysing {path}:\n{traceback.format_exc()}")
-        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return Checked(path).failed(f"internal error in GradGuard: {cause} (please report)", internal=True)
+        return Checked(path).crashed(exc)
 
     async def _work(self, uri: str, state: DocState) -> None:
         try:

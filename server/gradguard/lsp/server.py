@@ -63,7 +63,10 @@ class Protocol(LanguageServerProtocol):
     - `exit` ends the process with code 0 after `shutdown`, else 1 (`exit_code`: pygls's
       `sys.exit` was swallowed by its own loop, so it was always 0);
     - a message that is not JSON or not JSON-RPC is logged, never shown in a dialog
-      (`GradGuardServer.report_server_error`).
+      (`GradGuardServer.report_server_error`);
+    - a notification's handler is forgotten once it has run (`_handle_notification`: pygls
+      kept the future of each one run as a generator, didOpen, didChange and didClose among
+      them, for as long as the server ran: memory grew with every keystroke).
 
     It also tolerates changes sent after closing a document (VS Code sends them for an
     untitled one closed with "Don't Save").
@@ -102,6 +105,12 @@ class Protocol(LanguageServerProtocol):
             self._server.log(f"gradguard: {method} before initialize ignored")
             return
         super().handle_message(message)
+
+    def _handle_notification(self, method_name: str, params) -> None:
+        kept = set(self._request_futures)
+        super()._handle_notification(method_name, params)
+        for key in set(self._request_futures) - kept:  # only requests' futures are ever removed
+            self._request_futures[key].add_done_callback(lambda _, key=key: self._request_futures.pop(key, None))
 
     def _refuse(self, msg_id, method, error: JsonRpcException) -> None:
         """Answer a request with `error`; log a notification's (it has no answer)."""
