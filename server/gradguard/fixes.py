@@ -861,10 +861,12 @@ def _numpy_calls(stmt, functions: dict, numpy: set) -> list:
 
 
 def _reads_graph(facts: Facts, expr) -> bool:
-    """Whether `expr` reads a tensor that may require grad (and calls no `.item()`)."""
+    """Whether `expr` reads a tensor that may require grad, or takes one from a distribution
+    (`dist.log_prob(action)`), and calls no `.item()`."""
     nodes = list(ast.walk(expr))
     return not any(_is_item(n) for n in nodes) and any(
-        (t := facts.values.get(id(n))) is not None and t.rg is not False for n in nodes)
+        (t := facts.values.get(id(n))) is not None and t.rg is not False
+        or isinstance(n, ast.Call) and _last_name(n.func) in K.DISTRIBUTIONS.graph_methods for n in nodes)
 
 
 def _is_autograd_grad(facts: Facts, node) -> bool:

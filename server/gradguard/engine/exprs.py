@@ -446,6 +446,11 @@ class Expressions:
             if isinstance(a, Func) and not isinstance(a.node, ast.Lambda):
                 if a.kind == "property" and obj.kind != "class":
                     out = join(out, self.call_function(a, [frozenset({obj})], {}, st, node))
+                elif a.kind == "cached_property" and obj.kind != "class":
+                    # computed on the first read and kept in the instance, which later reads find first
+                    value = self.call_function(a, [frozenset({obj})], {}, st, node)
+                    st.set_attr(obj.id, a.node.name, value)
+                    out = join(out, value)
                 elif a.kind == "staticmethod" or obj.kind == "class":
                     out = join(out, frozenset({a}))
                 else:

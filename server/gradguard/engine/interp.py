@@ -595,8 +595,10 @@ class Interpreter(Expressions, TorchSemantics):
         for d in s.decorator_list:
             dv = self.definition(d, st)
             name = self.dotted(d)
-            if name in ("property", "functools.cached_property", "cached_property"):
+            if name == "property":
                 kind = "property"
+            elif name in ("functools.cached_property", "cached_property"):
+                kind = "cached_property"
             elif name == "staticmethod":
                 kind = "staticmethod"
             elif name == "classmethod":

@@ -555,6 +555,8 @@ class TorchSemantics:
             return self.optimizer_method(a, name, args, kwargs, st, node)
         if isinstance(a, Obj) and a.kind == "scaler":
             return self.scaler_method(a, name, args, kwargs, st, node)
+        if isinstance(a, Obj) and a.kind == "distribution":
+            return self.distribution_method(a, name, args, st, node)
         if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
@@ -573,6 +575,37 @@ class TorchSemantics:
             self.note_event("zero_grad", node)
             self.update_sure_grads(st, lambda objs: frozenset())  # which grads it cleared is unknown
         return self.call_unknown(args, kwargs, st, node)
+
+    def make_distribution(self, args, kwargs, st, node):
+        """A `torch.distributions` object: its parameters are the tensors it is made from, and
+        those of a distribution it wraps (`Independent(Normal(mu, std), 1)`)."""
+        params = []
+        for v in [*args, *kwargs.values()]:
+            for inner in objs_of(v, "distribution"):
+                params += self.exact_items(st.get_attr(inner.id, "<params>") or UNKNOWN, st) or [UNKNOWN]
+            if tensor_of(v) is not None:
+                params.append(v)
+        obj = Obj(("dist",) + self.region_id(node, "dist"), "distribution")
+        st.set_attr(obj.id, "<params>", frozenset({Tup(tuple(params))}))
+        return frozenset({obj})
+
+    def distribution_method(self, obj, name, args, st, node):
+        """`log_prob`, `entropy`, `rsample`: computed from the parameters (and the value given)
+        by ops that save what backward needs, then by one that saves nothing (a Normal's last
+        subtraction): modelled as an op that saves only its own result (a Categorical's
+        log_softmax), negated, so that backward frees a graph but no in-place change the
+        program can make, of a parameter, the value or the result, is a finding; `sample`: a
+        draw without a graph."""
+        if name in K.DISTRIBUTIONS.sample_methods:
+            return self.fresh_tensor(node, st, rg=False)
+        if name not in K.DISTRIBUTIONS.graph_methods:
+            return UNKNOWN
+        params = self.exact_items(st.get_attr(obj.id, "<params>") or UNKNOWN, st)
+        inputs = [*(params or [UNKNOWN]), *(v for v in args if tensor_of(v) is not None)]
+        if any(tensor_of(v) is None for v in inputs):
+            return self.call_unknown(inputs, {}, st, node)
+        saving = self.apply_op("log_softmax", node, [self.all_of(inputs)], {}, st, method=True)
+        return self.apply_op("neg", node, [saving], {}, st, method=True, sub=1)
 
     def container_method(self, obj, name, args, kwargs, st, node, strong=False):
         """List and dict methods.  On the one list a name surely holds (`strong`), `append`,
@@ -692,6 +725,8 @@ class TorchSemantics:
                     return frozenset({replace(t, rg=True, leaf=True, regions=frozenset(), freed=frozenset(),
                                               dirty=frozenset())})
             return v
+        if dotted.startswith(K.DISTRIBUTIONS.package + ".") and last[:1].isupper():
+            return self.make_distribution(args, kwargs, st, node)
         info = K.module_info(last) if ".nn" in dotted or dotted.startswith("nn.") else None
         if info is not None and last[:1].isupper():
             return self.make_module(last, info, args, kwargs, st, node)

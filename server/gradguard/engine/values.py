@@ -104,7 +104,7 @@ class Func:
     node: object  # ast.FunctionDef / AsyncFunctionDef / Lambda
     owner: Optional[Obj] = None  # class object the function was looked up on
     bound: Optional[frozenset] = None  # `self` value for bound methods
-    kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property"
+    kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property" | "cached_property"
 
 
 @dataclass(frozen=True)

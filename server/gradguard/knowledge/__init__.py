@@ -40,6 +40,8 @@ torchgen data; never edit by hand)
         calls returning a module that behaves as the one they wrap (DataParallel, torch.compile).
     ``MODULE_METHODS``
         methods only modules have: an imported class whose instance calls one is a module.
+    ``DISTRIBUTIONS`` (a :class:`Distributions`)
+        ``torch.distributions`` objects: which methods carry their parameters' graph.
     ``NUMPY_TO_TORCH`` (a :class:`NumpyToTorch`)
         how a loss written with numpy is written with torch (the fix that ports it).
     ``module_info()``
@@ -66,7 +68,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
-    "NUMPY_TO_TORCH", "TORCH_VERSION",
+    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -456,6 +458,15 @@ class NumpyToTorch:
 
 
 @dataclass(frozen=True)
+class Distributions:
+    """`torch.distributions` classes (dotted names under `package`): what their methods return."""
+
+    package: str
+    graph_methods: frozenset  # results computed from the parameters, with their graph
+    sample_methods: frozenset  # draws without a graph
+
+
+@dataclass(frozen=True)
 class BackwardCalls:
     """How backward is triggered.  Positions count positional args after the receiver
     for methods.  retain_graph defaults to the value of create_graph."""
@@ -525,6 +536,9 @@ def _api_table(name: str):
         t = api["numpy_to_torch"]
         return NumpyToTorch(FrozenMap(t["functions"]), FrozenMap(t["keywords"]), frozenset(t["reductions"]),
                             frozenset(t["leave_torch"]), frozenset(t["back_to_torch"]))
+    if name == "DISTRIBUTIONS":
+        t = api["distributions"]
+        return Distributions(t["package"], frozenset(t["graph_methods"]), frozenset(t["sample_methods"]))
     if name == "TORCH_VERSION":
         return _load()["torch"]
     if name == "BACKWARD_CALLS":
