@@ -459,6 +459,17 @@ class Expressions:
                 out = join(out, frozenset({a}))
         return out
 
+    def list_slice(self, lst: Obj, k: ast.Slice, st, node):
+        """`memory[-n:]`: a new list of exactly those items when the list's items and the
+        bounds are known (a memory bank cut to its last n entries), else the list itself."""
+        items = self.exact_items(frozenset({lst}), st)
+        bounds = [None if b is None else int_of(self.eval(b, st)) for b in (k.lower, k.upper, k.step)]
+        if items is None or any(b is None and e is not None for b, e in zip(bounds, (k.lower, k.upper, k.step))) \
+                or bounds[2] == 0:
+            return frozenset({lst})
+        sliced = items[slice(*bounds)]
+        return self.make_sequence(join_all(sliced) if sliced else EMPTY, st, node, nonempty=bool(sliced), items=sliced)
+
     def subscript(self, base, index, st, node):
         out = EMPTY
         for a in base:
@@ -480,7 +491,7 @@ class Expressions:
                         out = join(out, exact)
                         continue
                 if isinstance(k, ast.Slice) and a.kind == "list":
-                    out = join(out, frozenset({a}))
+                    out = join(out, self.list_slice(a, k, st, node))
                     continue
                 items = self.exact_items(frozenset({a}), st)
                 if items is not None and isinstance(k, ast.Constant) and isinstance(k.value, int) \
@@ -635,6 +646,8 @@ class Expressions:
                 truths.add(bool(a.items))
             elif isinstance(a, Obj) and a.kind == "dict" and st is not None and self.keyset(a, st) is not None:
                 truths.add(bool(self.keyset(a, st)))
+            elif isinstance(a, Obj) and a.kind == "list" and (items := self.exact_items(frozenset({a}), st)) is not None:
+                truths.add(bool(items))
             elif isinstance(a, Obj) and a.kind in ("list", "dict"):
                 return None
             else:
