@@ -73,6 +73,7 @@ class Frame:
         self.self_value = None
         self.events = []  # per loop: set of "backward" / "step" / "zero_grad" events
         self.statement = None  # the statement of this frame being executed
+        self.with_grads = []  # per enclosing `with` of this frame: the grad mode it restores on exit
 
 
 def _scope(func) -> tuple[frozenset, frozenset]:
@@ -487,6 +488,9 @@ class Interpreter(Expressions, TorchSemantics):
         v = self.eval(s.value, st) if s.value is not None else NONE
         fr = self.frame
         fr.ret = join(fr.ret, v)
+        if fr.with_grads and fr.with_grads[0] != st.grad:  # leaving `with no_grad():` by a return restores it
+            st = st.copy()
+            st.grad = fr.with_grads[0]
         fr.ret_state = join_states(fr.ret_state, st)
         return None
 
@@ -543,10 +547,12 @@ class Interpreter(Expressions, TorchSemantics):
                     self.no_grad_sites.append(s)
             if item.optional_vars is not None:
                 self.assign(item.optional_vars, self.enter_value(ctx), st, s)
+        self.frame.with_grads.append(saved_grad)
         try:
             out = self.exec_block(s.body, st)
         finally:
             del self.no_grad_sites[sites:]
+            self.frame.with_grads.pop()
         if out is not None:
             out.grad = saved_grad
         return out
@@ -802,6 +808,8 @@ class Interpreter(Expressions, TorchSemantics):
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap
+            if out.grad != grad and node not in self.no_grad_funcs and node not in self.unknown_grad_funcs:
+                st.grad = out.grad  # `torch.set_grad_enabled(flag)` in a helper: the mode is global, it stays
         else:
             st.heap.pop(stash, None)
         if generator:
