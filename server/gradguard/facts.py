@@ -148,12 +148,14 @@ class Facts:
         the findings of one file look through the same scopes again and again, and a walk
         each time made a large file's rules take longer than its analysis."""
         scope = self.tree if scope is None else scope
-        key = (id(scope), kinds)
-        found = self._nodes.get(key)
+        every = self._nodes.get((id(scope), ()))
+        if every is None:
+            every = self._nodes[(id(scope), ())] = list(ast.walk(scope))
+        if not kinds:
+            return every
+        found = self._nodes.get((id(scope), kinds))
         if found is None:
-            every = self._nodes.get((id(scope), ())) or list(ast.walk(scope))
-            self._nodes[(id(scope), ())] = every
-            found = self._nodes[key] = [n for n in every if isinstance(n, kinds)] if kinds else every
+            found = self._nodes[(id(scope), kinds)] = [n for n in every if isinstance(n, kinds)]
         return found
 
     @cached_property

@@ -463,9 +463,10 @@ class Expressions:
         """`memory[-n:]`: a new list of exactly those items when the list's items and the
         bounds are known (a memory bank cut to its last n entries), else the list itself."""
         items = self.exact_items(frozenset({lst}), st)
-        bounds = [None if b is None else int_of(self.eval(b, st)) for b in (k.lower, k.upper, k.step)]
-        if items is None or any(b is None and e is not None for b, e in zip(bounds, (k.lower, k.upper, k.step))) \
-                or bounds[2] == 0:
+        written = (k.lower, k.upper, k.step)
+        bounds = [None if e is None else int_of(self.eval(e, st)) for e in written]
+        unknown = any(e is not None and b is None for e, b in zip(written, bounds))
+        if items is None or unknown or bounds[2] == 0:
             return frozenset({lst})
         sliced = items[slice(*bounds)]
         return self.make_sequence(join_all(sliced) if sliced else EMPTY, st, node, nonempty=bool(sliced), items=sliced)
