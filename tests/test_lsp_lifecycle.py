@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from gradguard.lsp.documents import Analyses
 from gradguard.lsp.workers import WorkerDied, Workers
+from adversarial import nested_blocks
 from lsp_support import REPO, SERVER
 
 BUGGY = """\
@@ -30,6 +31,10 @@ loss.backward()
 loss.backward()  # raises: the graph was freed
 """
 INVALID_PARAMS, INVALID_REQUEST, NOT_INITIALIZED = -32602, -32600, -32002
+# Slow by construction: `if`/`for`/`with`/`while` blocks nested 99 deep.  Each loop level runs
+# its body at least twice, so the work grows about 1.35 times per level (840,000 steps at 28
+# levels): no machine ends its analysis inside a budget of seconds.
+SLOW = nested_blocks(99)
 
 
 class Server:
@@ -247,7 +252,7 @@ def test_exit_does_not_wait_for_an_analysis_and_leaves_no_worker(tmp_path: Path)
                 server.request("shutdown")
                 server.notify("exit")
                 assert server.exit_code() == 0
-                assert time.monotonic() - start < 5
+                assert time.monotonic() - start < 20  # the analysis has a minute to go
             assert _gone(workers, 10), [_state(pid) for pid in workers]
         finally:
             server.close()
@@ -328,28 +333,23 @@ def test_a_broken_pyproject_is_shown_on_the_document(tmp_path: Path):
 
 
 # ---------------------------------------------------------------------- concurrency
-# Every case program of the test corpus as one module, four times: it takes the engine ~10 seconds.
-SLOW = "\n".join(p.read_text().replace('if __name__ == "__main__":', "if True:")
-                 for p in sorted((REPO / "tests" / "programs" / "cases").glob("*.py"))) * 4
-
-
 def test_a_small_document_is_not_queued_behind_a_slow_one(tmp_path: Path):
     """A slow document is analysed in one worker process while a small one opened after it
-    gets its diagnostics in about the time of its own analysis; the slow one runs out of its
-    time budget and says so (GG000)."""
+    gets its diagnostics first; the slow one runs out of its time budget and says so (GG000).
+    The order of the two publications is what is checked, not seconds: the small one's
+    analysis takes a fraction of the slow one's budget even on a loaded machine."""
     server = Server()
     try:
         server.initialize({"timeout": 4})
         slow, small = (tmp_path / "slow.py").as_uri(), (tmp_path / "small.py").as_uri()
         server.open(slow, SLOW)
-        time.sleep(0.5)  # its analysis is under way
-        start = time.monotonic()
         server.open(small, BUGGY)
         assert [d["code"] for d in server.diagnostics(small)] == ["GG001"]
-        assert time.monotonic() - start < 1.5, "the small document waited for the slow one"
         hover = server.request("textDocument/hover", {"textDocument": {"uri": small},
                                                       "position": {"line": 5, "character": 3}})
         assert "GG001" in hover["result"]["contents"]["value"]
+        assert not [m for m in server.seen if m.get("method") == "textDocument/publishDiagnostics"
+                    and m["params"]["uri"] == slow], "the small document waited for the slow one"
         [budget] = server.diagnostics(slow, timeout=60)
         assert budget["code"] == "GG000" and "time budget" in budget["message"], budget
     finally:
@@ -369,7 +369,7 @@ def test_a_worker_that_dies_or_overruns_is_replaced():
             start = time.monotonic()
             with pytest.raises(TimeoutError):
                 await workers.run(time.sleep, 30, limit=0.5)
-            assert time.monotonic() - start < 5
+            assert time.monotonic() - start < 15  # killed, not waited for: the sleep has 30 s to go
             other = asyncio.ensure_future(workers.run(pow, 3, 3))
             cancelled = asyncio.ensure_future(workers.run(time.sleep, 0.5))
             await asyncio.sleep(0.1)

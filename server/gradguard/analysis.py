@@ -17,14 +17,14 @@ from contextlib import contextmanager
 
 from gradguard.engine import binder
 from gradguard.engine.interp import ImportsTooSlow, Interpreter
-from gradguard.engine.limits import AnalysisTimeout, TooComplex
+from gradguard.engine.limits import AnalysisTimeout, Limits, TooComplex
 from gradguard.facts import Facts
 from gradguard.findings import Finding
 from gradguard.notebook import Cells
 from gradguard.rules import ALL_RULES
 from gradguard.rules.base import FindingsRule
 
-__all__ = ["AnalysisTimeout", "TooComplex", "analyze", "parse", "run"]
+__all__ = ["AnalysisTimeout", "Limits", "TooComplex", "analyze", "parse", "run"]
 
 
 def parse(source: str, path: str = "<string>", deadline: float | None = None) -> ast.Module:
@@ -61,18 +61,21 @@ _LAYOUT = frozenset({tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.I
                      tokenize.ENDMARKER})
 
 
-def analyze(source: str, *, path: str = "<string>", deadline: float | None = None, workspace=None) -> list[Finding]:
+def analyze(source: str, *, path: str = "<string>", deadline: float | None = None, workspace=None,
+            limits: Limits = Limits()) -> list[Finding]:
     """All rules' findings for one module, sorted by position.
 
     Raises SyntaxError if the text does not parse, TooComplex if it is nested too deeply
     to parse or analyse, and AnalysisTimeout near `deadline` (a `time.monotonic()` value: the
     analysis stops early enough to have ended by then, within a few milliseconds).  With a
-    `workspace.Workspace`, imports of the project's own modules are followed into them."""
-    return run(source, path=path, deadline=deadline, workspace=workspace)[0]
+    `workspace.Workspace`, imports of the project's own modules are followed into them.
+    `limits`: the work allowed before precision is traded for time (smaller ones can only
+    remove predicting findings)."""
+    return run(source, path=path, deadline=deadline, workspace=workspace, limits=limits)[0]
 
 
 def run(source: str, *, path: str = "<string>", deadline: float | None = None,
-        workspace=None, cells: Cells = ()) -> tuple[list[Finding], Facts | None]:
+        workspace=None, cells: Cells = (), limits: Limits = Limits()) -> tuple[list[Finding], Facts | None]:
     """Findings and the facts behind them (the language server's hover reads the facts);
     facts are None for a file with nothing to analyse.  A finding is reported in the file
     analysed; one whose line is in an imported module is that module's to report.  `cells`:
@@ -80,7 +83,7 @@ def run(source: str, *, path: str = "<string>", deadline: float | None = None,
     if deadline is not None:  # the engine stops early enough for the rest to end by `deadline`
         deadline -= WIND_DOWN * max(0.0, deadline - time.monotonic())
     with _collector_paused():
-        return _run(source, path, deadline, workspace, cells)
+        return _run(source, path, deadline, workspace, cells, limits)
 
 
 # Share of the time allowed kept for after the engine stops: freeing the values it built
@@ -107,7 +110,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells):
+def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells, limits: Limits):
     tree = parse(source, path, deadline)
     if not binder.worth_analysing(source):
         return _with_findings_rules(source, []), None
@@ -117,9 +120,9 @@ def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells
         workspace = None
     try:
         try:
-            facts = Interpreter(source, tree, deadline, path=path, workspace=workspace).run()
-        except ImportsTooSlow:  # precision traded for time, as the engine does within a file
-            facts = Interpreter(source, tree, deadline, path=path).run()
+            facts = Interpreter(source, tree, deadline, path=path, workspace=workspace, limits=limits).run()
+        except ImportsTooSlow:  # precision traded for work, as the engine does within a file
+            facts = Interpreter(source, tree, deadline, path=path, limits=limits).run()
     except RecursionError:  # past the engine's own catching: where is not known
         raise TooComplex("code nested too deeply to analyse") from None
     facts.cells = cells

@@ -35,7 +35,6 @@ MAX_BYTES = 200_000  # a module bigger than this stays opaque: its analysis woul
 class Module:
     """A parsed module of the workspace."""
 
-    name: str  # dotted, as imported
     path: str
     source: str
     tree: ast.Module
@@ -95,7 +94,7 @@ class Workspace:
         Where a name led is remembered (files appearing later are seen after `set_text` or in
         a new workspace); the module's text is checked for changes on every resolve."""
         found = self._located(importer, module, level)
-        return self._load(found, module) if found is not None else None
+        return self._load(found) if found is not None else None
 
     def _located(self, importer: str, module: str, level: int) -> Path | None:
         """The file the import names, found once per directory, module and level."""
@@ -138,7 +137,7 @@ class Workspace:
                     return candidate.resolve()
         return None
 
-    def _load(self, path: Path, name: str) -> Module | None:
+    def _load(self, path: Path) -> Module | None:
         key = str(path)
         text = self.overlay.get(key)
         try:
@@ -161,7 +160,7 @@ class Workspace:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(text, filename=key)
-            module = Module(name, key, text, tree)
+            module = Module(key, text, tree)
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
             module = None  # unreadable or broken: opaque, like a module without source
         self._parsed[key] = (stamp, module)

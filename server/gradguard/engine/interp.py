@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import ast
 import os
-import time
 from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.limits import Clock, TooComplex, running
+from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
@@ -30,27 +29,14 @@ from gradguard.engine.values import (
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
 
-MAX_LOOP_ROUNDS = 6
-CONCRETE_ITERATIONS = 2  # loop iterations run on the exact state the previous one left
-MAX_CALL_DEPTH = 6
-MAX_MODULES = 24  # workspace modules one analysis reads
-# Statements of workspace modules one analysis interprets (their definitions, the calls into
-# them): past it, their functions are opaque again, so following imports costs at most this.
-FOREIGN_BUDGET = 3000
-IMPORTS_SECONDS = 0.5  # an analysis that follows imports for longer starts again without them
-MAX_IMPORT_DEPTH = 3  # the analysed file's imports, theirs, and theirs
 # What runs of a workspace module when it is imported: its definitions, not its script code.
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
                ast.AnnAssign)
-MAX_CTX = 4
-# Work bound: statements interpreted per file.  Past it, calls are no longer followed into
-# their bodies and loops take two rounds, so huge files degrade in precision, not in time.
-BUDGET_BASE = 20000
-BUDGET_PER_LINE = 20
 
 
 class ImportsTooSlow(Exception):
-    """Following the file's imports has used half its time: analyse it again without them."""
+    """Following the file's imports has done the work `Limits.import_work` allows: analyse it
+    again without them."""
 
 
 class Frame:
@@ -141,17 +127,15 @@ def _walk_own(func):
 
 class Interpreter(Expressions, TorchSemantics):
     def __init__(self, source: str, tree: ast.Module, deadline: float | None = None, *, path: str = "<string>",
-                 workspace=None):
+                 workspace=None, limits: Limits = Limits()):
         self.source = source
+        self.limits = limits
         self.tree = tree
         self.frames: list[Frame] = []
         frames = self.frames  # not `self`: a clock holding the interpreter would keep every analysis alive until gc
         self.clock = Clock(deadline, lambda: _line_now(frames))
         self.facts = Facts(source, tree)
         self.path = path
-        # past this time, an analysis that has followed imports starts again without them
-        now = time.monotonic()
-        self.imports_deadline = min((now + deadline) / 2, now + IMPORTS_SECONDS) if deadline is not None else None
         self.own_path = os.path.realpath(path) if workspace is not None else path
         # a workspace.Workspace: where imports lead (None: every import is opaque, as for a text
         # that is no file, such as an editor's untitled document: its imports would resolve
@@ -177,8 +161,12 @@ class Interpreter(Expressions, TorchSemantics):
         self.owner_of = {f.node: f.owner for f in self.sites}
         self.statefulness = None  # a binder.Statefulness, made when the first loop runs
         self.stateful_loops: dict = {}  # loop node -> whether its iterations are worth running one by one
-        self.budget = BUDGET_BASE + BUDGET_PER_LINE * len(self.lines)
-        self.foreign_budget = FOREIGN_BUDGET
+        # Work bound: statements interpreted.  Past it, calls are no longer followed into their
+        # bodies and loops take two rounds, so huge files degrade in precision, not in time.
+        self.budget = limits.statements + limits.statements_per_line * len(self.lines)
+        # Statements of workspace modules (their definitions, the calls into them): past it,
+        # their functions are opaque again, so following imports costs at most this.
+        self.foreign_budget = limits.foreign_statements
         self.module_like = binder.module_like(source, K.MODULE_METHODS)
         # In a function no module-level code called, the caller's grad mode is unknown (EMA and
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
@@ -255,8 +243,7 @@ class Interpreter(Expressions, TorchSemantics):
         if self.frames and self.frames[-1].module is not None:
             self.foreign_budget -= 1
         self.clock.tick()
-        if self.namespaces and self.imports_deadline is not None and not self.budget & 15 \
-                and time.monotonic() > self.imports_deadline:
+        if self.namespaces and self.clock.work > self.limits.import_work:
             raise ImportsTooSlow()
 
     @property
@@ -443,11 +430,12 @@ class Interpreter(Expressions, TorchSemantics):
         ns = self.namespaces.get(module.path)
         if ns is not None:
             return frozenset({ns})
-        if len(self.namespaces) >= MAX_MODULES or self.importing >= MAX_IMPORT_DEPTH or self.foreign_budget < 0:
+        if len(self.namespaces) >= self.limits.modules or self.importing >= self.limits.import_depth \
+                or self.foreign_budget < 0:
             return None
         ns = self.namespaces[module.path] = Obj(("<module>", module.path), "namespace")
         self.facts.add_module(module)
-        st.set_attr(ns.id, "__name__", const(module.name))
+        st.set_attr(ns.id, "__name__", const(name))  # as this import names it (the parsed module is shared)
         self.frames.append(Frame(None, (), is_module=True, module=module))
         self.importing += 1
         statement, grad = self.statement, st.grad
@@ -700,11 +688,12 @@ class Interpreter(Expressions, TorchSemantics):
         if stateful is None:
             stateful = self.stateful_loops[s] = self.loop_statefulness(fr.module).touches(s)
         # Inside a loop that is widening every id is a summary: no iteration here can be concrete.
-        exact = count is not None and count <= MAX_LOOP_ROUNDS and self.budget > 0 and not self.widening
-        concrete_rounds = MAX_LOOP_ROUNDS if exact else 0 if self.widening else CONCRETE_ITERATIONS if stateful else 1
+        rounds, concrete_iterations = self.limits.loop_rounds, self.limits.concrete_iterations
+        exact = count is not None and count <= rounds and self.budget > 0 and not self.widening
+        concrete_rounds = rounds if exact else 0 if self.widening else concrete_iterations if stateful else 1
         work = self.sure_events
         try:
-            for i in range(MAX_LOOP_ROUNDS if self.budget > 0 else CONCRETE_ITERATIONS):
+            for i in range(rounds if self.budget > 0 else concrete_iterations):
                 if i == 1 and self.sure_events == work:
                     concrete_rounds = exact = 0
                 concrete = i < concrete_rounds
@@ -769,10 +758,13 @@ class Interpreter(Expressions, TorchSemantics):
     def call_function(self, func: Func, args, kwargs, st: State, call_node, root=False):
         node = func.node
         self.analysed_funcs.add(node)
-        if node in self.active_calls or len(self.active_calls) >= MAX_CALL_DEPTH or \
+        if node in self.active_calls or len(self.active_calls) >= self.limits.call_depth or \
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             return UNKNOWN  # not followed: its result is unknown (helpers like repackage_hidden detach)
-        ctx = (self.frame.ctx + (id(call_node),))[-MAX_CTX:] if self.frames and not root else (id(node),)
+        if self.frames and not root:
+            ctx = (self.frame.ctx + (id(call_node),))[-self.limits.call_string:]
+        else:
+            ctx = (id(node),)
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))

@@ -1,4 +1,9 @@
-"""What stops an analysis: its deadline, read cheaply from wherever the engine spends time.
+"""What stops an analysis: the work it may do (`Limits`) and its deadline.
+
+The work is counted, never timed, so the same text gets the same findings on any machine,
+under any load: every limit in `Limits` can only turn facts into unknowns, and so remove a
+predicting finding, never make one.  The deadline is the last resort for an input no count
+foresaw: past it the file is reported as not analysed (GG000), not judged on half its facts.
 
 The interpreter counts its steps (statements and expressions) and the joins of values count
 the items they go through; the clock is read only once per `STEPS` units of work, so a check
@@ -13,9 +18,28 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 STEPS = 64  # interpreter steps between two reads of the clock: a few milliseconds at most
 ITEMS_PER_STEP = 256  # items of values a join goes through in about the time of one step
+VALUE_ITEMS = 16  # a value rewritten (a backward marking the state) costs about as many items
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much work one analysis does before it trades precision for time, counted in the
+    engine's units (statements, steps of work), so that it is the same on every machine."""
+
+    statements: int = 20000  # statements interpreted per file: past it, calls are not followed
+    statements_per_line: int = 20  # ... plus this many per line of the file
+    foreign_statements: int = 3000  # statements of workspace modules: past it, their functions are opaque
+    import_work: int = 30000  # steps of work with imports followed (~0.5 s here): past it, analysed alone
+    modules: int = 24  # workspace modules one analysis reads
+    import_depth: int = 3  # the analysed file's imports, theirs, and theirs
+    call_depth: int = 6  # calls followed one inside another
+    call_string: int = 4  # calls a context remembers: regions of a function called from different places
+    loop_rounds: int = 6  # iterations of a loop body on the way to its fixpoint
+    concrete_iterations: int = 2  # loop iterations run on the exact state the previous one left
 
 
 class AnalysisTimeout(Exception):
@@ -36,19 +60,33 @@ class Clock:
     """The deadline (a `time.monotonic()` value, None for none) of one analysis; `where()`
     gives the line a timeout is reported at."""
 
-    __slots__ = ("deadline", "left", "where")
+    __slots__ = ("deadline", "left", "where", "spent", "items")
 
     def __init__(self, deadline: float | None, where: Callable[[], int | None] = lambda: None):
         self.deadline = deadline
         self.left = STEPS
         self.where = where
+        self.spent = 0  # steps of work counted before the last `read` (see `work`)
+        self.items = 0  # items charged that do not yet make a step
+
+    @property
+    def work(self) -> int:
+        """Steps of work done so far: a count, the same on any machine."""
+        return self.spent + STEPS - self.left
 
     def tick(self, work: int = 1) -> None:
         self.left -= work
         if self.left <= 0:
             self.read()
 
+    def charge(self, items: int) -> None:
+        self.items += items
+        if self.items >= ITEMS_PER_STEP:
+            steps, self.items = divmod(self.items, ITEMS_PER_STEP)
+            self.tick(steps)
+
     def read(self) -> None:
+        self.spent += STEPS - self.left
         self.left = STEPS
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise AnalysisTimeout(line=self.where())
@@ -68,9 +106,8 @@ def running(clock: Clock):
 
 
 def charge(items: int) -> None:
-    """Count the `items` a join goes through against the running analysis's clock (if any).
-    Only a large join takes as long as an interpreter step: smaller ones are not counted."""
-    if items >= ITEMS_PER_STEP:
-        clock = _RUNNING.get()
-        if clock is not None:
-            clock.tick(items // ITEMS_PER_STEP)
+    """Count the `items` a join goes through against the running analysis's clock (if any):
+    small joins add up, so that the work counted follows the time spent."""
+    clock = _RUNNING.get()
+    if clock is not None:
+        clock.charge(items)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradguard.engine.limits import charge
+from gradguard.engine.limits import VALUE_ITEMS, charge
 from gradguard.engine.values import (
     CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, join, map_tensors, tensor_of, tri_join,
 )
@@ -108,13 +108,13 @@ def surely_bound(st: State, name: str):
 
 def _rewrite(st: State, fn) -> None:
     """Apply `fn` to every tensor atom held in the state (the env and the heap)."""
-    charge(len(st.env) + len(st.heap))
+    charge(VALUE_ITEMS * len(st.env) + len(st.heap))
     for k, v in st.env.items():
         w = map_tensors(v, fn)
         if w is not v:
             st.env[k] = w
     for oid, attrs in st.heap.items():
-        charge(len(attrs))
+        charge(VALUE_ITEMS * len(attrs))
         new = None
         for name, v in attrs.items():
             w = map_tensors(v, fn)

@@ -38,6 +38,16 @@ BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", 
                            "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars"})
 
 
+def _requires_grad(v: frozenset) -> object:
+    """Whether an operand requires grad: True, False, or None when it may be something unknown
+    (a call into a library: it may return a tensor that requires grad)."""
+    t = tensor_of(v)
+    unknown = any(isinstance(a, Unknown) for a in v)
+    if t is None:
+        return None if unknown else False
+    return t.rg if not unknown or t.rg is True else None
+
+
 def _tri_or(values) -> object:
     values = list(values)
     if any(v is True for v in values):
@@ -198,11 +208,7 @@ class TorchSemantics:
     def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
                   modules=(), extra_rg=False):
         """The tensor an op returns, with the graph region it creates if it requires grad."""
-        rgs = []
-        for v in inputs:
-            t = tensor_of(v)
-            rgs.append(t.rg if t is not None and not any(isinstance(a, Unknown) for a in v) else
-                       (t.rg if t is not None and t.rg is True else None))
+        rgs = [_requires_grad(v) if tensor_of(v) is not None else None for v in inputs]
         rg = _tri_or(rgs + ([extra_rg] if extra_rg is not False else []))
         if st.grad is False:
             rg = False
@@ -315,8 +321,8 @@ class TorchSemantics:
                 return replace(x, dirty=x.dirty | (x.regions & hit), sure=x.sure | carried)
             target_val = map_tensors(target_val, stale)
             others = [map_tensors(o, stale) for o in others]
-        if st.grad is False or not (t.rg or any((tensor_of(o) or Tensor()).rg for o in others)):
-            return target_val
+        if st.grad is False or _tri_or([t.rg, *map(_requires_grad, others)]) is False:
+            return target_val  # nothing in it requires grad: no graph (unknown operands may bring one)
         info = op if not isinstance(op, str) else K.resolve(op, [self.kind(o) for o in others], (), method=True)
         bound = {"self": target_val}
         for p, v in zip(info.positional_params(True), others):

@@ -1,0 +1,92 @@
+"""Same text, same findings: the verdict on a file does not depend on how a run is made.
+
+One set of files (the test programs, the multi-module projects with their modules, the
+corpus) is checked by `gradguard check` in several groupings and orders, with one process
+and with several, with and without the cache, and under other hash seeds (the order of sets
+of strings); every run must print the same predicting findings, message for message.  A
+module cache, class statics or budgets shared by the files one process analyses would show
+here.  That the language server publishes what the command line prints is
+`tests/test_lsp.py::test_the_server_reports_what_the_command_line_reports`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from corpus_support import CORPUS
+from gradguard.rules import ALL_RULES
+
+HERE = Path(__file__).parent
+PREDICTS = {r.code: r.predicts for r in ALL_RULES}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The files, copied into a project of their own (its cache stays there)."""
+    root = tmp_path_factory.mktemp("same")
+    shutil.copytree(HERE / "programs" / "cases", root / "programs")
+    shutil.copytree(HERE / "projects" / "cases", root / "projects")
+    shutil.copytree(CORPUS / "cases", root / "corpus")
+    (root / "pyproject.toml").write_text("[tool.gradguard]\n")
+    return root
+
+
+def files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
+
+
+def check(root: Path, paths: list[str], *args: str, seed: str = "0") -> set:
+    """The predicting findings `gradguard check` prints for `paths` (relative to `root`)."""
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--output-format", "json", "--exit-zero",
+                           *args, *paths], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONHASHSEED": seed})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["errors"] == []
+    return {(f["path"], f["line"], f["column"], f["code"], f["message"])
+            for f in report["findings"] if PREDICTS.get(f["code"])}
+
+
+@pytest.fixture(scope="module")
+def reference(project) -> set:
+    found = check(project, files(project), "--no-cache", "-j", "1")
+    assert len({f[0] for f in found}) >= 50  # enough files with findings for the comparisons to mean something
+    return found
+
+
+def test_any_order_and_any_number_of_processes(project, reference):
+    paths = files(project)
+    shuffled = random.Random(19).sample(paths, len(paths))
+    assert check(project, paths[::-1], "--no-cache", "-j", "2", seed="1") == reference
+    assert check(project, shuffled, "--no-cache", "-j", "3", seed="2") == reference
+
+
+def test_any_grouping_of_the_files(project, reference):
+    """The files in interleaved groups, each group in a process of its own, the projects'
+    modules apart from their importers: other files analysed before one in the same process
+    (their modules parsed, their classes seen) change nothing."""
+    paths = files(project)
+    mains = [p for p in paths if p.endswith("train.py")]
+    rest = [p for p in paths if not p.endswith("train.py")]
+    found: set = set()
+    for seed, group in enumerate((mains[0::2], mains[1::2], rest[0::2], rest[1::2]), start=3):
+        found |= check(project, group, "--no-cache", "-j", "1", seed=str(seed))
+    assert found == reference
+
+
+def test_with_the_cache_cold_and_warm(project, reference):
+    paths = files(project)
+    cache = project / ".gradguard_cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    try:
+        assert check(project, paths, "-j", "2", seed="7") == reference
+        assert cache.is_dir()
+        assert check(project, paths[::-1], "-j", "1", seed="8") == reference
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
