@@ -375,8 +375,9 @@ async def test_a_bug_in_an_imported_module_is_reported_where_it_raises(push: Lan
 
 
 async def test_the_server_reports_what_the_command_line_reports(push: LanguageClient):
-    """Every corpus case and test program, opened in the server, gets the diagnostics the
-    command line prints for the same file: same codes, ranges and messages."""
+    """Every corpus case, test program and project's main file (whose imports are followed),
+    opened in the server, gets the diagnostics the command line prints for the same file:
+    same codes, ranges and messages."""
     import json
     import subprocess
     import sys
@@ -386,7 +387,8 @@ async def test_the_server_reports_what_the_command_line_reports(push: LanguageCl
     from pygls.uris import from_fs_path
 
     programs = sorted((Path(__file__).parent / "programs" / "cases").glob("*.py"))
-    files = [CORPUS / c["file"] for c in manifest()] + programs
+    projects = sorted((Path(__file__).parent / "projects" / "cases").glob("*/*/train.py"))
+    files = [CORPUS / c["file"] for c in manifest()] + programs + projects
     proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--format", "json",
                            *map(str, files)], capture_output=True, text=True)
     cli: dict = {}

@@ -16,7 +16,7 @@
 Screenshots and the editor's logs go to tests/vscode/artifacts/ (gitignored); with
 GRADGUARD_UPDATE_SCREENSHOT=1 the Quick Fix one is also copied to docs/images/vscode-quickfix.png,
 which the README shows.  Everything installs itself on first use (apt-get, as root, for chromium,
-libkrb5-dev and pkg-config; npm for the rest, ~820 MB in tests/vscode/node_modules): the first
+libkrb5-dev and pkg-config; npm for the rest, ~820 MB in ~/.cache/gradguard/test-tools): the first
 run takes about 3 minutes on 2 cores, later ones about 45 s (the editor part about 30 s).
 Run alone: `.venv/bin/python -m pytest tests/test_vscode.py`.
 """
