@@ -367,7 +367,7 @@ def test_real_traceback_from_another_machine_is_rerooted(tmp_path):
     assert explained([case], tmp_path, to_windows, roots=[CORPUS]) == {case["id"]: None}
 
 
-def sample(share: float = 0.4, seed: int = 19) -> list[dict]:
+def sample(share: float = 0.3, seed: int = 19) -> list[dict]:
     """A seeded `share` of the corpus's crashing cases (all of them: bench/bench_explain.py)."""
     cases = crashing()
     return sorted(random.Random(seed).sample(cases, max(1, round(len(cases) * share))), key=lambda c: c["id"])
