@@ -60,11 +60,8 @@ def reference(project) -> set:
     return found
 
 
-def test_any_order_and_any_number_of_processes(project, reference):
-    paths = files(project)
-    shuffled = random.Random(19).sample(paths, len(paths))
-    assert check(project, paths[::-1], "--no-cache", "-j", "2", seed="1") == reference
-    assert check(project, shuffled, "--no-cache", "-j", "3", seed="2") == reference
+def test_another_order_on_several_processes(project, reference):
+    assert check(project, files(project)[::-1], "--no-cache", "-j", "2", seed="1") == reference
 
 
 def test_any_grouping_of_the_files(project, reference):
@@ -85,7 +82,7 @@ def test_with_the_cache_cold_and_warm(project, reference):
     cache = project / ".gradguard_cache"
     shutil.rmtree(cache, ignore_errors=True)
     try:
-        assert check(project, paths, "-j", "2", seed="7") == reference
+        assert check(project, random.Random(19).sample(paths, len(paths)), "-j", "2", seed="7") == reference
         assert cache.is_dir()
         assert check(project, paths[::-1], "-j", "1", seed="8") == reference
     finally:
