@@ -153,8 +153,9 @@ class Interpreter(Expressions, TorchSemantics):
         self.class_nodes: dict = {}  # class object id -> ClassDef
         self.obj_class: dict = {}  # instance object id -> class object id
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
-        self.no_grad_funcs: set = set()
-        self.unknown_grad_funcs: set = set()  # decorated by something that may switch gradients off
+        # function -> the grad mode its decorator runs it in (`@torch.no_grad()`: False,
+        # `@torch.enable_grad()`: True, one that may switch it either way: None)
+        self.grad_funcs: dict = {}
         self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
         self.lines = LINE_BREAK.split(source)  # numbered as `ast` numbers them
         self.sites = binder.functions(tree)
@@ -599,10 +600,8 @@ class Interpreter(Expressions, TorchSemantics):
                 kind = "classmethod"
             elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
-            elif (mode := self.grad_mode_of(dv)) is False:
-                self.no_grad_funcs.add(s)
-            elif mode == "keep" and _may_switch_grad(d):
-                self.unknown_grad_funcs.add(s)
+            elif (mode := self.grad_mode_of(dv)) != "keep" or _may_switch_grad(d):
+                self.grad_funcs[s] = None if mode == "keep" else mode
         if value is None:
             value = frozenset({Func(s, kind=kind)})
         if self.frame.module is not None:
@@ -768,7 +767,7 @@ class Interpreter(Expressions, TorchSemantics):
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))
-        grad = False if node in self.no_grad_funcs else None if node in self.unknown_grad_funcs else st.grad
+        grad = self.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
@@ -778,7 +777,7 @@ class Interpreter(Expressions, TorchSemantics):
         st.heap[stash] = st.env
         self.frames.append(frame)
         self.active_calls.append(node)
-        no_grad = node in self.no_grad_funcs
+        no_grad = self.grad_funcs.get(node) is False
         if no_grad:
             self.no_grad_sites.append(node)
         statement = self.statement
@@ -800,7 +799,7 @@ class Interpreter(Expressions, TorchSemantics):
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap
-            if out.grad != grad and node not in self.no_grad_funcs and node not in self.unknown_grad_funcs:
+            if out.grad != grad and node not in self.grad_funcs:
                 st.grad = out.grad  # `torch.set_grad_enabled(flag)` in a helper: the mode is global, it stays
         else:
             st.heap.pop(stash, None)

@@ -1112,7 +1112,12 @@ class TorchSemantics:
             arg_list = list(zip(arg_nodes, args))
             out = self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
             return self.module_outputs(kind, info, op, out)
-        return self.generic_module(m, args, st, node, sub, arg_nodes)
+        out = self.generic_module(m, args, st, node, sub, arg_nodes)
+        if m.id[0] == "sub" and kind == "opaque":
+            # An attribute of a module the engine cannot see, called: a submodule's forward, or a
+            # method that may return anything else (`model.split_edges(edges)`): no must fact.
+            return join(out, UNKNOWN)
+        return out
 
     def module_outputs(self, kind, info, op, out):
         """What a recurrent module returns, every part carrying the call's graph: `nn.LSTM` gives

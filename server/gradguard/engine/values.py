@@ -137,7 +137,8 @@ class Unknown:
 
 
 UNKNOWN = frozenset({Unknown()})
-NONE = frozenset({Const(None)})
+NONE_ATOM = Const(None)
+NONE = frozenset({NONE_ATOM})
 EMPTY: frozenset = frozenset()
 
 
@@ -216,8 +217,10 @@ def normalize(v: Iterable) -> frozenset:
             rest.add(x)
     if tensors:
         t = join_tensors(tensors)
-        if t.sure and any(isinstance(x, Unknown) for x in rest):
-            t = replace(t, sure=frozenset())  # the unknown alternative may be a tensor without these facts
+        if t.sure and (tuples or any(x != NONE_ATOM for x in rest)):
+            # Another alternative (a number: `max(0, beta + ...)`, an object, something unknown)
+            # has none of these facts; None does not count: an op on it would have raised.
+            t = replace(t, sure=frozenset())
         rest.add(t)
     for same in tuples.values():
         rest.add(same[0] if len(same) == 1 else Tup(tuple(join_all(items) for items in zip(*(t.items for t in same)))))
