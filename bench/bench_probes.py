@@ -1,0 +1,71 @@
+"""GradGuard on the probe sets: crashes found at the raising line with the right kind, twins flagged.
+
+    python bench/bench_probes.py [--oracle] [DIR ...]
+
+DIR defaults to every set in bench/probes/ (see its README).  Each program's label is its
+`# expect: KIND` header and its `# raises` line; with --oracle each is also run under torch
+(../shared/corpus/oracle.py) and a label torch disagrees with is reported.  Prints, per set,
+what was missed and flagged and the counts; exits 0 (a measurement, not a test).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+from gradguard.api import check_file  # noqa: E402
+from gradguard.config import Config  # noqa: E402
+from gradguard.rules import ALL_RULES  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ORACLE = HERE.parents[1] / "shared" / "corpus" / "oracle.py"
+PREDICTS = {rule.code: rule.predicts for rule in ALL_RULES}
+
+
+def label(path: Path) -> tuple[str, int | None]:
+    lines = path.read_text().splitlines()
+    kind = lines[0].split(":", 1)[1].strip()
+    return kind, next((i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# raises")), None)
+
+
+def measure(directory: Path, oracle: bool) -> None:
+    found = crashes = flagged = clean = 0
+    for path in sorted(directory.glob("*.py")):
+        kind, line = label(path)
+        if oracle:
+            ran = json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
+                                            text=True).stdout or "{}")
+            if (ran.get("kind"), ran.get("line")) != (kind, line):
+                print(f"  LABEL    {path.name}: labelled {kind} {line}, torch: {ran.get('kind')} {ran.get('line')}")
+        result = check_file(path, Config())
+        predicted = {(f.span.line, PREDICTS[f.code]) for f in result.findings if PREDICTS.get(f.code)}
+        if result.error:
+            print(f"  ERROR    {path.name}: {result.error}")
+        if kind == "clean":
+            clean += 1
+            flagged += bool(predicted)
+            if predicted:
+                print(f"  FLAGGED  {path.name}: {sorted(predicted)}")
+        else:
+            crashes += 1
+            found += (line, kind) in predicted
+            if (line, kind) not in predicted:
+                print(f"  MISSED   {path.name}: {kind} at line {line}; predicted {sorted(predicted)}")
+    print(f"{directory.name}: crashes found {found}/{crashes}; fixed twins flagged {flagged}/{clean}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="*", type=Path, help="probe sets (default: every one in bench/probes)")
+    parser.add_argument("--oracle", action="store_true", help="also run each program under torch")
+    args = parser.parse_args()
+    for directory in args.dirs or sorted(p for p in (HERE / "probes").iterdir() if p.is_dir()):
+        measure(directory, args.oracle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
