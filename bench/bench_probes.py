@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from corpus_support import expectation  # noqa: E402
 from gradguard.api import check_file  # noqa: E402
 from gradguard.config import Config  # noqa: E402
 from gradguard.rules import ALL_RULES  # noqa: E402
@@ -25,16 +27,10 @@ ORACLE = HERE.parents[1] / "shared" / "corpus" / "oracle.py"
 PREDICTS = {rule.code: rule.predicts for rule in ALL_RULES}
 
 
-def label(path: Path) -> tuple[str, int | None]:
-    lines = path.read_text().splitlines()
-    kind = lines[0].split(":", 1)[1].strip()
-    return kind, next((i for i, text in enumerate(lines, 1) if text.rstrip().endswith("# raises")), None)
-
-
 def measure(directory: Path, oracle: bool) -> None:
     found = crashes = flagged = clean = 0
     for path in sorted(directory.glob("*.py")):
-        kind, line = label(path)
+        kind, line = expectation(path)  # `# expect: KIND` and the `# raises` line
         if oracle:
             ran = json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
                                             text=True).stdout or "{}")
