@@ -2,7 +2,8 @@
 # Install the tools the test suite drives besides Python packages: Neovim, the real editor
 # of tests/test_neovim.py (Debian/Ubuntu's `neovim` package; 0.7 or later), and what
 # tests/test_vscode.py drives (code-server, chromium: tests/vscode/install.sh, into a cache
-# outside the checkout, so a fresh clone does not install them again).
+# outside the checkout, so a fresh clone does not install them again), and the extension's own
+# npm packages (`npm ci`, as tests/test_vscode.py's npm_ready fixture would, with the same stamp).
 # Idempotent: does nothing for a tool already installed.  Needs root (or passwordless
 # sudo) and apt-get; otherwise it exits non-zero with one line saying why.
 set -euo pipefail
@@ -41,5 +42,27 @@ install_nvim() {
     echo "install_test_tools: installed $(command -v nvim) ($(nvim --version | head -n 1))"
 }
 
+install_extension_packages() {
+    local repo stamp want
+    repo="$(cd "$here/.." && pwd)"
+    stamp="$repo/node_modules/.gradguard-npm-ci"
+    want="$(sha256sum "$repo/package-lock.json" | cut -d' ' -f1)"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        echo "install_test_tools: the extension's npm packages are up to date"
+        return 0
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        echo "install_test_tools: npm is not on PATH: the VS Code extension's build needs Node.js 20+ with npm" >&2
+        exit 1
+    fi
+    if ! (cd "$repo" && npm ci --no-audit --no-fund >&2); then
+        echo "install_test_tools: 'npm ci' failed (see above)" >&2
+        exit 1
+    fi
+    printf '%s' "$want" > "$stamp"
+    echo "install_test_tools: installed the extension's npm packages (npm ci)"
+}
+
 install_nvim
+install_extension_packages
 echo "install_test_tools: VS Code test tools: $(bash "$here/../tests/vscode/install.sh" | tail -n 1)"

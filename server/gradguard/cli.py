@@ -306,14 +306,16 @@ def _note(text: str) -> None:
 
 class _Progress:
     """`checked 120/5386 files` on stderr, rewritten in place once a run has lasted `DELAY`
-    seconds, and only when stderr is a terminal: a log or a pipe never gets it."""
+    seconds ($GRADGUARD_PROGRESS_DELAY, for a terminal recording or a test that must see it
+    whatever the machine's speed), and only when stderr is a terminal: a log or a pipe never
+    gets it."""
 
     DELAY, EVERY = 0.5, 0.1  # seconds before the first count, and at least between two
 
     def __init__(self, total: int):
         self.total, self.done, self.shown = total, 0, False
         self.live = total > 1 and sys.stderr.isatty()
-        self.due = time.monotonic() + self.DELAY
+        self.due = time.monotonic() + _seconds(os.environ.get("GRADGUARD_PROGRESS_DELAY"), self.DELAY)
 
     def step(self) -> None:
         self.done += 1
@@ -328,6 +330,15 @@ class _Progress:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
             self.shown, self.due = False, time.monotonic()
+
+
+def _seconds(text: str | None, default: float) -> float:
+    """A number of seconds from the environment; the default if unset or not a number >= 0."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return default
+    return value if value >= 0 else default
 
 
 def _add_noqa(args, configs) -> int:
