@@ -1,20 +1,23 @@
-"""What a user installs: the wheel, in a fresh environment, without torch.
+"""What a user installs: the package, in a fresh environment, without torch.
 
 GradGuard reads code and never imports torch, so `pip install gradguard` must not pull in
-torch (a multi-gigabyte CUDA wheel on most machines); only the test extra asks for it.
+torch (a multi-gigabyte CUDA wheel on most machines); only the test extra asks for it.  The
+install is the GitHub Action's own (`pip install` of the source, which builds the wheel), so
+one environment serves both.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 
 import gradguard
+from test_ci_integrations import run_action
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,25 +30,24 @@ def test_one_version_everywhere():
 
 
 @pytest.mark.slow
-def test_the_wheel_installs_without_torch_and_checks(tmp_path):
-    dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "-q", "-w", str(dist)],
-                   check=True, capture_output=True, timeout=300)
-    (wheel,) = dist.glob("gradguard-*.whl")
+def test_the_action_installs_the_package_without_torch_and_checks(tmp_path):
+    """The GitHub Action's install step (`pip install` of its own source, which builds the
+    wheel) into a fresh environment, then its other steps with that environment's
+    `gradguard`: the crash is annotated, and neither torch nor jedi came with it."""
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)
-    python = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True, capture_output=True,
-                   timeout=600)
+    bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(REPO / "examples" / "rnn_hidden_state.py", work / "train.py")
+    proc = run_action(work, bindir, install=True)
+    assert proc.returncode == 1 and "title=GG001" in proc.stdout, proc.stdout + proc.stderr
+    assert (bindir / "gradguard").exists()
 
-    installed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], check=True,
+    python = str(bindir / "python")
+    installed = subprocess.run([python, "-m", "pip", "list", "--format", "json"], check=True,
                                capture_output=True, text=True).stdout
     names = {p["name"].lower() for p in json.loads(installed)}
     assert "gradguard" in names and "torch" not in names and "jedi" not in names
-
-    example = REPO / "examples" / "rnn_hidden_state.py"
-    out = subprocess.run([str(python), "-m", "gradguard", "check", str(example)], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120)
-    assert out.returncode == 1 and " GG001 [error] " in out.stdout, out.stdout + out.stderr
-    version = subprocess.run([str(python), "-m", "gradguard", "--version"], capture_output=True, text=True)
+    version = subprocess.run([python, "-m", "gradguard", "--version"], capture_output=True, text=True, cwd=work)
     assert version.stdout.strip() == f"gradguard {gradguard.__version__}"
