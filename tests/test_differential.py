@@ -17,7 +17,7 @@ from gradguard.config import Config
 from gradguard.verify import fix_all
 
 SEED = 20240611
-N = 200
+N = 150
 
 
 @pytest.fixture(scope="module")
