@@ -13,8 +13,8 @@ import operator
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Tensor, Tup, Unknown, const, int_of, join, join_all,
-    objs_of, tensor_of,
+    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, join,
+    join_all, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -401,6 +401,8 @@ class Expressions:
                 out = join(out, self.tensor_attribute(frozenset({a}), name, st, node))
             elif isinstance(a, Obj):
                 out = join(out, self.object_attribute(a, name, st, node))
+            elif isinstance(a, Super):  # `super().forward`: looked up in the bases when called
+                out = join(out, frozenset({Method(frozenset({a}), name)}))
             else:
                 out = join(out, UNKNOWN)
         return out if out else UNKNOWN
