@@ -14,7 +14,7 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, join,
-    join_all, objs_of, tensor_of,
+    item_attr, item_key, join_all, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -103,13 +103,18 @@ class Expressions:
     def expr_Dict(self, node, st):
         keys = [self.eval(k, st) if k is not None else EMPTY for k in node.keys]
         vals = [self.eval(v, st) for v in node.values]
+        return self.new_dict(node, keys, vals, st)
+
+    def new_dict(self, node, keys, vals, st):
+        """A new dict of these keys and values; its items and keys are known where the keys are."""
         obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
         attrs = st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}  # new: written in place
-        for k, v in zip(node.keys, vals):
-            if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                attrs["[" + k.value] = v
-        if all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-            attrs["<keyset>"] = const(frozenset(k.value for k in node.keys))
+        known = [item_key(k) for k in keys]  # a `**other` entry has no key: EMPTY
+        for key, v in zip(known, vals):
+            if key is not None:
+                attrs[item_attr(key)] = v
+        if None not in known:
+            attrs["<keyset>"] = const(frozenset(known))
         return frozenset({obj})
 
     def expr_JoinedStr(self, node, st):
@@ -206,20 +211,22 @@ class Expressions:
         return vals
 
     def expr_ListComp(self, node, st):
-        gen = node.generators[0]
-        plain = len(node.generators) == 1 and not gen.ifs and not gen.is_async
-        it = self.eval(gen.iter, st)
-        exact = self.exact_comprehension(node, it, st) if plain else None
+        it = self.eval(node.generators[0].iter, st)
+        exact = self.exact_comprehension(node, it, st, [node.elt])
         if exact is not None:
-            return self.make_sequence(join_all(exact), st, node, nonempty=bool(exact) or None, items=exact)
+            items = tuple(v for v, in exact)
+            return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=items)
         (v,) = self.comprehension(node, st, [node.elt], first=it)
         return self.make_sequence(v, st, node, nonempty=None)
 
-    def exact_comprehension(self, node, it, st, most=6):
+    def exact_comprehension(self, node, it, st, elt_nodes, most=6):
         """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
         blocks, not one standing for all), when its one plain generator runs over at most `most`
-        known elements (`it`: the generator's iterable); None otherwise."""
+        known elements (`it`: the generator's iterable): for each, the values of `elt_nodes`;
+        None otherwise."""
         gen = node.generators[0]
+        if len(node.generators) != 1 or gen.ifs or gen.is_async:
+            return None
         items = self.exact_items(it, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
         if count is None or count > most or (items is None and counter is None):
@@ -229,7 +236,7 @@ class Expressions:
         for i in range(count):
             elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
             self.assign(gen.target, elem, inner, node, local=True)
-            vals.append(self.eval(node.elt, inner))
+            vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
         st.heap = inner.heap
         return tuple(vals)
 
@@ -237,7 +244,11 @@ class Expressions:
     expr_GeneratorExp = expr_ListComp
 
     def expr_DictComp(self, node, st):
-        k, v = self.comprehension(node, st, [node.key, node.value])
+        it = self.eval(node.generators[0].iter, st)
+        exact = self.exact_comprehension(node, it, st, [node.key, node.value])
+        if exact is not None:  # `{i: peer(x) for i, peer in enumerate(self.peers)}`: each item known
+            return self.new_dict(node, [k for k, _ in exact], [v for _, v in exact], st)
+        k, v = self.comprehension(node, st, [node.key, node.value], first=it)
         obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
         st.heap[obj.id] = {"<elems>": v, "<keys>": k}
         return frozenset({obj})
@@ -290,12 +301,20 @@ class Expressions:
                 st.set_attr(obj.id, "<elems>", v, strong=False)
                 st.set_attr(obj.id, "<items>", UNKNOWN)
                 if obj.kind == "dict":
-                    key = target.slice
-                    keys = self.keyset(obj, st)
-                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                        st.set_attr(obj.id, "[" + key.value, v)
-                        keys = None if keys is None else keys | {key.value}
-                    st.set_attr(obj.id, "<keyset>", const(keys) if keys is not None else UNKNOWN)
+                    self.set_dict_item(obj, item_key(index), v, st)
+
+    def set_dict_item(self, obj: Obj, key, v, st):
+        """`d[key] = v`.  Under a key not known, any item may be the one replaced: each known
+        item may now be `v` too, and the keys are no longer known."""
+        keys = self.keyset(obj, st)
+        if key is None:
+            for name in [n for n in st.heap.get(obj.id) or () if n[:1] in ("[", "]")]:
+                st.set_attr(obj.id, name, v, strong=False)
+            keys = None
+        else:
+            st.set_attr(obj.id, item_attr(key), v)
+            keys = None if keys is None else keys | {key}
+        st.set_attr(obj.id, "<keyset>", const(keys) if keys is not None else UNKNOWN)
 
     def augassign(self, s, st):
         current = self.eval(s.target, st)
@@ -479,17 +498,18 @@ class Expressions:
             if isinstance(a, Tensor):
                 out = join(out, self.index_tensor(frozenset({a}), index, st, node))
             elif isinstance(a, Tup):
-                k = node.slice
-                if isinstance(k, ast.Constant) and isinstance(k.value, int) and -len(a.items) <= k.value < len(a.items):
-                    out = join(out, a.items[k.value])
+                k, at = node.slice, int_of(index)
+                if at is not None and -len(a.items) <= at < len(a.items):
+                    out = join(out, a.items[at])
                 elif isinstance(k, ast.Slice):
                     out = join(out, frozenset({a}))
                 else:
                     out = join(out, join_all(a.items) if a.items else UNKNOWN)
             elif isinstance(a, Obj) and a.kind in ("list", "dict", "module", "generator"):
                 k = node.slice
-                if a.kind == "dict" and isinstance(k, ast.Constant) and isinstance(k.value, str):
-                    exact = st.get_attr(a.id, "[" + k.value)
+                key = item_key(index)
+                if a.kind == "dict" and key is not None:
+                    exact = st.get_attr(a.id, item_attr(key))
                     if exact is not None:
                         out = join(out, exact)
                         continue
@@ -497,9 +517,9 @@ class Expressions:
                     out = join(out, self.list_slice(a, k, st, node))
                     continue
                 items = self.exact_items(frozenset({a}), st)
-                if items is not None and isinstance(k, ast.Constant) and isinstance(k.value, int) \
-                        and -len(items) <= k.value < len(items):
-                    out = join(out, items[k.value])
+                at = int_of(index)
+                if items is not None and at is not None and -len(items) <= at < len(items):
+                    out = join(out, items[at])
                 else:
                     out = join(out, st.get_attr(a.id, "<elems>") or self.iter_elements(frozenset({a}), st))
             elif isinstance(a, Obj) and a.kind == "instance":

@@ -24,7 +24,7 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, join, map_tensors, objs_of, tensor_of,
+    EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, item_key, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
@@ -469,7 +469,15 @@ class Interpreter(Expressions, TorchSemantics):
                 for obj in objs_of(self.eval(t.value, st), "list"):  # `del lst[:]` empties the list
                     st.set_attr(obj.id, "<elems>", EMPTY)
                     st.set_attr(obj.id, "<items>", frozenset({Tup(())}))
-            elif isinstance(t, (ast.Attribute, ast.Subscript)):
+            elif isinstance(t, ast.Subscript):  # `del d[k]`, `del lst[i]`: fewer keys, other items
+                base, key = self.eval(t.value, st), item_key(self.eval(t.slice, st))
+                for obj in objs_of(base, "list"):
+                    st.set_attr(obj.id, "<items>", UNKNOWN)
+                for obj in objs_of(base, "dict"):
+                    keys = self.keyset(obj, st)
+                    known = keys is not None and key is not None and len(base) == 1
+                    st.set_attr(obj.id, "<keyset>", const(keys - {key}) if known else UNKNOWN)
+            elif isinstance(t, ast.Attribute):
                 self.eval(t.value, st)
         return st
 
@@ -631,25 +639,38 @@ class Interpreter(Expressions, TorchSemantics):
 
     # ----------------------------------------------------------------- loops
     def stmt_For(self, s, st):
-        it = self.eval(s.iter, st)
+        # The iterable stays in the state while the loop runs, so that what an iteration marks on
+        # an item (a backward freeing its graph) is what a later iteration reads of it.
+        holder = ("for", self.frame.ctx, id(s))
+        st.heap[holder] = {"<iter>": self.eval(s.iter, st)}
+        out = self.for_loop(s, st, lambda now: now.heap[holder]["<iter>"])
+        if out is not None:
+            out.heap.pop(holder, None)
+        return out
+
+    def for_loop(self, s, st, iterable):
+        it = iterable(st)
         items = self.exact_items(it, st)
         if items is not None and len(items) <= 16 and not _has_jumps(s.body):
-            for item in items:  # a short known sequence: unroll, so updates stay strong
+            for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
                 st = st.copy()
-                self.assign(s.target, item, st, s)
+                self.assign(s.target, self.exact_items(iterable(st), st)[i], st, s)
                 st = self.exec_block(s.body, st)
                 if st is None:
                     return None
             return self.exec_block(s.orelse, st)
-        count, counter = self.loop_count(it, st)
+        count, counter = self.loop_count(it, st) if items is None else (len(items), None)
         if count == 0:
             return self.exec_block(s.orelse, st)
 
         def enter(body_st, i):
             # Elements are read on each iteration's state: marks the loop made on them are kept.
-            elem = self.iter_elements(it, body_st)
+            now = iterable(body_st)
+            elem = self.iter_elements(now, body_st)
             if i is not None and counter is not None:  # a concrete iteration knows its counter
                 elem = counter(i, elem)
+            elif i is not None and items is not None:  # or its item, with jumps or many items
+                elem = self.exact_items(now, body_st)[i]
             self.assign(s.target, elem, body_st, s)
         return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count)
 
@@ -693,8 +714,8 @@ class Interpreter(Expressions, TorchSemantics):
         work = self.sure_events
         try:
             for i in range(rounds if self.budget > 0 else concrete_iterations):
-                if i == 1 and self.sure_events == work:
-                    concrete_rounds = exact = 0
+                if i == 1 and self.sure_events == work and not exact:  # a known count runs out: its
+                    concrete_rounds = 0  # later items may take a branch the first did not (`if j != i:`)
                 concrete = i < concrete_rounds
                 if (concrete and i and back is None) or (count is not None and i >= count):
                     break  # no iteration goes on to the next
@@ -896,9 +917,21 @@ def _expects_error(expr) -> bool:
 
 
 def _has_jumps(body) -> bool:
-    for node in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-        if isinstance(node, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom)):
+    """Whether a loop's body can end an iteration early: a `break` or `continue` of this loop
+    (not of a loop nested in it), a `return` or a `yield` (not of a function defined in it)."""
+    todo = [(node, False) for node in body]  # (node, inside a nested loop's body)
+    while todo:
+        node, nested = todo.pop()
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)) \
+                or isinstance(node, (ast.Break, ast.Continue)) and not nested:
             return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):  # its `else` is still ours
+            todo += [(n, True) for n in node.body] + [(n, nested) for n in node.orelse]
+            todo += [(node.iter if not isinstance(node, ast.While) else node.test, nested)]
+            continue
+        todo += [(child, nested) for child in ast.iter_child_nodes(node)]
     return False
 
 

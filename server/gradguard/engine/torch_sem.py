@@ -794,8 +794,20 @@ class TorchSemantics:
             grads = self.fresh_tensor(node, st, rg=False, sub=1, inputs=[outs])
         return self.make_sequence(grads, st, node, nonempty=True)
 
+    def known_len(self, v, st):
+        """`len(v)` when it is known: a list or tuple whose items are, a dict whose keys are
+        (`range(len(self.peers))` then runs a known number of times)."""
+        dicts = objs_of(v, "dict")
+        if len(v) == 1 and len(dicts) == 1:
+            keys = self.keyset(dicts[0], st)
+            return None if keys is None else len(keys)
+        items = self.exact_items(v, st)
+        return None if items is None else len(items)
+
     def call_builtin(self, name, args, kwargs, st, node):
         a0 = args[0] if args else UNKNOWN
+        if name == "len" and (size := self.known_len(a0, st)) is not None:
+            return const(size)
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
@@ -810,12 +822,20 @@ class TorchSemantics:
             return seq
         if name == "enumerate":
             start = int_of(args[1] if len(args) > 1 else kwargs.get("start", const(0)))
+            items = self.exact_items(a0, st) if start is not None else None
+            if items is not None:  # over known items: each pair known
+                pairs = tuple(frozenset({Tup((const(start + i), item))}) for i, item in enumerate(items))
+                return self.make_sequence(join_all(pairs), st, node, nonempty=bool(pairs), items=pairs)
             seq = self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
                                      nonempty=self.is_nonempty(a0, st) or None)
             if start is not None:
                 st.set_attr(objs_of(seq)[0].id, "<counter>", const(("enumerate", start, 1)))
             return seq
         if name == "zip":
+            columns = [self.exact_items(a, st) for a in args]
+            if args and None not in columns:  # over known items: each tuple known
+                rows = tuple(frozenset({Tup(row)}) for row in zip(*columns))
+                return self.make_sequence(join_all(rows), st, node, nonempty=bool(rows), items=rows)
             return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
             src = args[-1] if name == "filter" and args else a0
@@ -1205,7 +1225,7 @@ class TorchSemantics:
             elif isinstance(a, Obj) and a.kind in ("list", "dict", "generator") and depth < 3:
                 out |= self.optimizer_objs(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1)
                 for name, v in (st.heap.get(a.id) or {}).items():
-                    if name.startswith("["):
+                    if name[:1] in ("[", "]"):  # an item of a dict
                         out |= self.optimizer_objs(v, st, depth + 1)
             elif isinstance(a, Tup) and depth < 3:
                 for item in a.items:

@@ -155,6 +155,21 @@ def int_of(v: frozenset) -> Optional[int]:
     return None
 
 
+def item_key(v: frozenset):
+    """The dict key a value surely is, when it is one string or int (not a bool), else None."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Const) and type(a.value) in (str, int):
+            return a.value
+    return None
+
+
+def item_attr(key) -> str:
+    """The heap attribute holding a dict's item under a known key: `[name` for a string,
+    `]3` for an int, so that "3" and 3 stay two keys."""
+    return ("[" if isinstance(key, str) else "]") + str(key)
+
+
 def tensor_of(v: frozenset) -> Optional[Tensor]:
     for a in v:
         if isinstance(a, Tensor):
