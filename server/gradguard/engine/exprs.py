@@ -44,7 +44,8 @@ class Expressions:
 
     def expr_Constant(self, node, st):
         v = node.value
-        if isinstance(v, (bool, str, type(None))) or (isinstance(v, int) and abs(v) < 1 << 16):
+        if isinstance(v, (bool, str, type(None))) or (isinstance(v, int) and abs(v) < 1 << 16) \
+                or isinstance(v, float):  # `entropy_coef: float = 0.0`, tested with `> 0`
             return const(v)
         if isinstance(v, (int, float, complex)):
             return frozenset({_NUM})
@@ -839,5 +840,14 @@ def _fold(op, left, right):
 
 def _fold_compare(op, left, right):
     fn = _COMPARE.get(type(op))
-    a, b = int_of(left), int_of(right)
+    a, b = _number_of(left), _number_of(right)
     return None if fn is None or a is None or b is None else fn(a, b)
+
+
+def _number_of(v: frozenset):
+    """The int or float a value surely is (not a bool), or None."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Const) and type(a.value) in (int, float):
+            return a.value
+    return None

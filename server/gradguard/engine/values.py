@@ -68,7 +68,7 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Const:
-    """A literal the engine folds: None, a bool, a str or an int."""
+    """A literal the engine folds: None, a bool, a str, an int or a float."""
 
     value: object
 
