@@ -18,7 +18,7 @@ Screenshots and the editor's logs go to tests/vscode/artifacts/ (gitignored); wi
 GRADGUARD_UPDATE_SCREENSHOT=1 the Quick Fix one is also copied to docs/images/vscode-quickfix.png,
 which the README shows.  Everything installs itself on first use (apt-get, as root, for chromium,
 libkrb5-dev and pkg-config; npm for the rest, ~820 MB in ~/.cache/gradguard/test-tools): the first
-run takes about 3 minutes on 2 cores, later ones about 60 s (the editor part about 50 s;
+run takes about 3 minutes on 2 cores, later ones about 85 s (the editor part about 70 s;
 `npm run package` stages what the .vsix carries in build/vsix, so vsce never lists a .venv).
 Run alone: `.venv/bin/python -m pytest tests/test_vscode.py`.
 """

@@ -32,6 +32,8 @@ GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set,
 SURE_GRADS = "<sure grads>"
 IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
                               "contiguous", "pin_memory", "share_memory_"})
+# Config objects whose attributes are the keywords they are made with.
+NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
@@ -683,11 +685,23 @@ class TorchSemantics:
         root = dotted.split(".")[0]
         if last in ("tqdm", "trange"):
             return self.make_sequence(self.iter_elements(args[0], st) if args else UNKNOWN, st, node)
+        if dotted in NAMESPACES:
+            return self.namespace(args, kwargs, st, node)
         if dotted in ("itertools.chain",):
             return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node, nonempty=None)
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
             return self.call_unknown(args, kwargs, st, node)
         return self.call_torch(dotted, last, args, kwargs, st, node)
+
+    def namespace(self, args, kwargs, st, node):
+        """`argparse.Namespace(lr=0.1, freeze=False)`: a config object whose attributes are
+        its keywords (a flag it holds decides a branch: `if args.freeze:`)."""
+        if args or any(k.arg is None for k in getattr(node, "keywords", ())):  # `**config`: not known
+            return self.call_unknown(args, kwargs, st, node)
+        obj = Obj(("obj",) + self.region_id(node, "obj"), "instance")
+        self.sure_events += 1
+        st.heap[obj.id] = dict(kwargs)
+        return frozenset({obj})
 
     def call_torch(self, dotted, last, args, kwargs, st, node):
         if dotted in K.NO_GRAD_CONTEXTS:
