@@ -14,7 +14,7 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, join,
-    item_attr, item_key, join_all, objs_of, tensor_of,
+    item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -840,14 +840,5 @@ def _fold(op, left, right):
 
 def _fold_compare(op, left, right):
     fn = _COMPARE.get(type(op))
-    a, b = _number_of(left), _number_of(right)
+    a, b = literal_of(left, int, float), literal_of(right, int, float)
     return None if fn is None or a is None or b is None else fn(a, b)
-
-
-def _number_of(v: frozenset):
-    """The int or float a value surely is (not a bool), or None."""
-    if len(v) == 1:
-        (a,) = tuple(v)
-        if isinstance(a, Const) and type(a.value) in (int, float):
-            return a.value
-    return None

@@ -146,22 +146,24 @@ def const(v) -> frozenset:
     return frozenset({Const(v)})
 
 
-def int_of(v: frozenset) -> Optional[int]:
-    """The int a value surely is (not a bool), or None."""
+def literal_of(v: frozenset, *types):
+    """The literal a value surely is, when its type is exactly one of `types` (a bool is no
+    int here), or None."""
     if len(v) == 1:
         (a,) = tuple(v)
-        if isinstance(a, Const) and type(a.value) is int:
+        if isinstance(a, Const) and type(a.value) in types:
             return a.value
     return None
+
+
+def int_of(v: frozenset) -> Optional[int]:
+    """The int a value surely is (not a bool), or None."""
+    return literal_of(v, int)
 
 
 def item_key(v: frozenset):
     """The dict key a value surely is, when it is one string or int (not a bool), else None."""
-    if len(v) == 1:
-        (a,) = tuple(v)
-        if isinstance(a, Const) and type(a.value) in (str, int):
-            return a.value
-    return None
+    return literal_of(v, str, int)
 
 
 def item_attr(key) -> str:
