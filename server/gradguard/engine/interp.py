@@ -654,7 +654,7 @@ class Interpreter(Expressions, TorchSemantics):
         if items is not None and len(items) <= 16 and not _has_jumps(s.body):
             for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
                 st = st.copy()
-                self.assign(s.target, self.exact_items(iterable(st), st)[i], st, s)
+                self.assign(s.target, self.item_now(iterable(st), i, st), st, s)
                 st = self.exec_block(s.body, st)
                 if st is None:
                     return None
@@ -670,9 +670,15 @@ class Interpreter(Expressions, TorchSemantics):
             if i is not None and counter is not None:  # a concrete iteration knows its counter
                 elem = counter(i, elem)
             elif i is not None and items is not None:  # or its item, with jumps or many items
-                elem = self.exact_items(now, body_st)[i]
+                elem = self.item_now(now, i, body_st)
             self.assign(s.target, elem, body_st, s)
         return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count)
+
+    def item_now(self, it, i, st):
+        """The `i`th item of the sequence a loop runs over, as it is now: the body may have
+        replaced items (`lst[0] = ...`), so that they are no longer known one by one."""
+        items = self.exact_items(it, st)
+        return items[i] if items is not None and i < len(items) else self.iter_elements(it, st)
 
     stmt_AsyncFor = stmt_For
 
