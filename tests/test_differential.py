@@ -5,7 +5,8 @@ builders, in-place activations, optimizers, GAN/RNN/cache/accumulation patterns,
 function or method), with correct and buggy variants about equally often.  The execution
 oracle runs each under torch; GradGuard must then flag every raising program at the raising
 line with a rule predicting that kind of error (recall at least 97%) and leave the clean
-ones alone (at most 1% flagged); the fixes it offers must make the raising ones run.  Skipped without torch or the oracle (see `run_oracle`).
+ones alone (at most 1% flagged); the fixes it offers must make the raising ones run.
+Skipped without torch or the oracle (see `run_oracle`).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, join,
-    item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -309,7 +309,7 @@ class Expressions:
         item may now be `v` too, and the keys are no longer known."""
         keys = self.keyset(obj, st)
         if key is None:
-            for name in [n for n in st.heap.get(obj.id) or () if n[:1] in ("[", "]")]:
+            for name in [n for n in st.heap.get(obj.id) or () if is_item_attr(n)]:
                 st.set_attr(obj.id, name, v, strong=False)
             keys = None
         else:

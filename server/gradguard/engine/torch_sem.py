@@ -20,7 +20,7 @@ from gradguard import knowledge as K
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
-    Tup, Unknown, const, int_of, is_summary, join, join_all, map_tensors, objs_of, tensor_of,
+    Tup, Unknown, const, int_of, is_item_attr, is_summary, item_attr, join, join_all, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -896,7 +896,7 @@ class TorchSemantics:
             obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
             st.heap[obj.id] = {"<elems>": join_all(kwargs.values()) or UNKNOWN, "<keys>": UNKNOWN}
             for k, v in kwargs.items():
-                st.set_attr(obj.id, "[" + k, v)
+                st.set_attr(obj.id, item_attr(k), v)
             if not args:
                 st.set_attr(obj.id, "<keyset>", const(frozenset(kwargs)))
             return frozenset({obj})
@@ -1239,7 +1239,7 @@ class TorchSemantics:
             elif isinstance(a, Obj) and a.kind in ("list", "dict", "generator") and depth < 3:
                 out |= self.optimizer_objs(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1)
                 for name, v in (st.heap.get(a.id) or {}).items():
-                    if name[:1] in ("[", "]"):  # an item of a dict
+                    if is_item_attr(name):
                         out |= self.optimizer_objs(v, st, depth + 1)
             elif isinstance(a, Tup) and depth < 3:
                 for item in a.items:

@@ -172,6 +172,11 @@ def item_attr(key) -> str:
     return ("[" if isinstance(key, str) else "]") + str(key)
 
 
+def is_item_attr(name: str) -> bool:
+    """Whether a heap attribute holds a dict's item (see `item_attr`)."""
+    return name[:1] in ("[", "]")
+
+
 def tensor_of(v: frozenset) -> Optional[Tensor]:
     for a in v:
         if isinstance(a, Tensor):
