@@ -709,13 +709,7 @@ class Expressions:
             left = self.peek(test.left, st)
             right = self.peek(test.comparators[0], st)
             if isinstance(op, (ast.Is, ast.IsNot)) and right == NONE:
-                if left == NONE:
-                    res = True
-                elif left and not any(isinstance(a, (Unknown, Const)) for a in left):
-                    res = False
-                else:
-                    return None
-                return res if isinstance(op, ast.Is) else not res
+                return _fold_none_test(op, left)
             comp = test.comparators[0]
             if isinstance(op, (ast.In, ast.NotIn)) and isinstance(comp, ast.Call) and not comp.args \
                     and isinstance(comp.func, ast.Name) and comp.func.id == "locals" and not self.frame.is_module \
@@ -838,7 +832,22 @@ def _fold(op, left, right):
     return const(out) if abs(out) < 2 ** 53 else None
 
 
+def _fold_none_test(op, left):
+    """`x is None` / `x is not None` when `x` is surely None or surely something else."""
+    if left == NONE:
+        res = True
+    elif left and not any(isinstance(a, (Unknown, Const)) for a in left):
+        res = False
+    else:
+        return None
+    return res if isinstance(op, ast.Is) else not res
+
+
 def _fold_compare(op, left, right):
+    """A comparison of known numbers, or a None test of a value computed by a call
+    (`bank.get() is not None`: the method's result in this state)."""
+    if isinstance(op, (ast.Is, ast.IsNot)) and right == NONE:
+        return _fold_none_test(op, left)
     fn = _COMPARE.get(type(op))
     a, b = literal_of(left, int, float), literal_of(right, int, float)
     return None if fn is None or a is None or b is None else fn(a, b)

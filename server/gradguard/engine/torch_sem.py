@@ -20,7 +20,8 @@ from gradguard import knowledge as K
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
-    Tup, Unknown, const, int_of, is_item_attr, is_summary, item_attr, join, join_all, map_tensors, objs_of, tensor_of,
+    Tup, Unknown, const, int_of, is_item_attr, is_summary, item_attr, item_key, join, join_all, map_tensors, objs_of,
+    tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -624,6 +625,8 @@ class TorchSemantics:
         if name in ("append", "add", "insert", "appendleft", "extend"):
             self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
             return NONE
+        if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
+            return self.dict_lookup(obj, name, args, st)
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
             return st.get_attr(obj.id, "<elems>") or UNKNOWN
         if name in ("values", "copy"):
@@ -642,6 +645,20 @@ class TorchSemantics:
             st.set_attr(obj.id, "<elems>", EMPTY)
             return NONE
         return UNKNOWN
+
+    def dict_lookup(self, obj, name, args, st):
+        """`d.get(k)`, `d.pop(k, None)`, `d.setdefault(k, v)`: the item under a key the dict
+        surely has; the default (None unless given) under one it surely lacks; otherwise either,
+        so that `cache.get(k) is not None` is not taken to hold.  (`pop` and `setdefault` have
+        made the key set unknown before this.)"""
+        default = args[1] if len(args) > 1 else (EMPTY if name == "pop" else NONE)  # `pop(k)` raises instead
+        elems = st.get_attr(obj.id, "<elems>") or UNKNOWN
+        key, keys = item_key(args[0]), self.keyset(obj, st)
+        if key is None or keys is None:
+            return join(elems, default)
+        if key not in keys:
+            return default
+        return st.get_attr(obj.id, item_attr(key)) or elems
 
     def grow(self, obj, name, args, st, strong, elems_attr):
         """`append`, `insert`, `extend` (and `add_module`) on a list or a module container: the
@@ -1128,8 +1145,9 @@ class TorchSemantics:
             bound, inputs = {}, []
             input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]
             for p, v in zip(input_params, args):
-                items = self.exact_items(v, st) if any(isinstance(a, Tup) for a in v) else None
-                v = self.all_of(items) if items else v  # an LSTM's state `(h, c)`: both are inputs
+                if any(isinstance(a, Tup) or isinstance(a, Obj) and a.kind == "list" for a in v):
+                    items = self.exact_items(v, st)  # an LSTM's state `(h, c)`, or `tuple(h)`: both are inputs
+                    v = self.all_of(items) if items else self.iter_elements(v, st)
                 bound[p] = v
                 inputs.append(v)
             modules = ()
