@@ -593,6 +593,13 @@ class Expressions:
         return out if out else UNKNOWN
 
     def call_object(self, obj, args, kwargs, st, node):
+        if obj.kind == "module":  # `model(x)`: its hooks around its forward
+            return self.hooked_call(obj, args, kwargs, st, node, lambda xs: self.call_forward(obj, xs, kwargs, st, node))
+        return self.call_forward(obj, args, kwargs, st, node)
+
+    def call_forward(self, obj, args, kwargs, st, node):
+        """`obj(*args)` without hooks: its class's `__call__` (or a module's `forward`), what a
+        torch module computes, or an unknown call."""
         cls = self.obj_class.get(obj.id)
         if cls is not None:
             target = None
@@ -614,7 +621,7 @@ class Expressions:
         self.obj_class[obj.id] = cls.id
         if is_module:
             self.module_kind[obj.id] = "local"
-        st.heap.setdefault(obj.id, {})
+        st.heap.setdefault(obj.id, self.no_hooks({}) if is_module else {})
         init = self.class_lookup(cls.id, "__init__", st)
         if init is not None and run_init:
             self.call_value(self.bind_class_member(init, obj, st, node), args, dict(kwargs), st, node)

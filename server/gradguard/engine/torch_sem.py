@@ -17,6 +17,7 @@ import ast
 from dataclasses import replace
 
 from gradguard import knowledge as K
+from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
@@ -60,7 +61,7 @@ def _tri_or(values) -> object:
     return None
 
 
-class TorchSemantics:
+class TorchSemantics(ModuleHooks):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -566,6 +567,8 @@ class TorchSemantics:
             return self.scaler_method(a, name, args, kwargs, st, node)
         if isinstance(a, Obj) and a.kind == "distribution":
             return self.distribution_method(a, name, args, st, node)
+        if isinstance(a, Obj) and a.kind == "hook":
+            return self.hook_handle_method(a, name, st)
         if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
@@ -642,9 +645,24 @@ class TorchSemantics:
                     st.set_attr(obj.id, "<elems>", st.get_attr(a.id, "<elems>") or UNKNOWN, strong=False)
             return NONE
         if name == "clear":
-            st.set_attr(obj.id, "<elems>", EMPTY)
+            self.cleared(obj, st, strong)
             return NONE
         return UNKNOWN
+
+    def cleared(self, obj, st, strong):
+        """`xs.clear()`: on the one container a name surely holds, no element, no item and no
+        key is left (`<items>` too: the exact list the next `append` grows); on one of several,
+        what each held may still be there, no longer known one by one."""
+        if not strong:
+            for name in [n for n in st.heap.get(obj.id) or () if n == "<items>" or is_item_attr(n)]:
+                st.set_attr(obj.id, name, UNKNOWN)
+            return
+        attrs = {"<elems>": EMPTY}
+        if obj.kind == "dict":
+            attrs.update({"<keys>": EMPTY, "<keyset>": const(frozenset())})
+        else:
+            attrs["<items>"] = frozenset({Tup(())})
+        st.heap[obj.id] = attrs
 
     def dict_lookup(self, obj, name, args, st):
         """`d.get(k)`, `d.pop(k, None)`, `d.setdefault(k, v)`: the item under a key the dict
@@ -946,7 +964,7 @@ class TorchSemantics:
         obj = Obj(("obj",) + self.region_id(node, "obj"), "module")  # `[nn.Linear(4, 4) for _ in ...]`: several
         self.sure_events += 1
         self.module_kind[obj.id] = cls_name
-        attrs = {}
+        attrs = self.no_hooks({})
         if info.container:
             # `<items>`: the layers one by one when known (a Sequential is their chain), `<layers>`: any of them
             items = None
@@ -1059,7 +1077,7 @@ class TorchSemantics:
                     "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
                     "register_buffer", "register_parameter", "add_module", "state_dict", "load_state_dict",
                     "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
-                    "insert"):
+                    "insert", "register_forward_hook", "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
         if kind == "local":
             return UNKNOWN
@@ -1067,7 +1085,7 @@ class TorchSemantics:
         self.module_kind.setdefault(sub.id, "opaque")
         if sub.id not in st.heap:
             st.set_attr(m.id, name, frozenset({sub}))
-            st.heap.setdefault(sub.id, {})
+            st.heap.setdefault(sub.id, self.no_hooks({}))
         return frozenset({sub})
 
     def module_method(self, m: Obj, name, args, kwargs, st, node, strong=False):
@@ -1115,8 +1133,12 @@ class TorchSemantics:
                 and isinstance(node.args[0], ast.Constant):
             self.set_attribute(frozenset({m}), node.args[0].value, args[1], st, node)
             return NONE
-        if name in ("forward", "__call__"):
+        if name in REGISTER:
+            return self.register_module_hook(m, name, args, kwargs, st, node, strong)
+        if name == "forward":
             return self.module_call(m, args, kwargs, st, node)
+        if name == "__call__":
+            return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
 
     def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
@@ -1188,7 +1210,8 @@ class TorchSemantics:
             if isinstance(a, Obj) and a.kind == "module":
                 if self.obj_class.get(a.id) is not None:
                     return self.call_object(a, args, {}, st, node)
-                return self.module_call(a, args, {}, st, node, sub, arg_nodes)
+                return self.hooked_call(a, args, {}, st, node,
+                                        lambda xs: self.module_call(a, xs, {}, st, node, sub, arg_nodes))
             return self.call_value(frozenset({a}), args, {}, st, node)
         return self.alternatives(layer, st, call)
 
@@ -1208,7 +1231,7 @@ class TorchSemantics:
         """A module whose class the engine cannot see: its calls save inputs and parameters."""
         obj = Obj(("obj", self.frame.ctx, id(node)), "module")
         self.module_kind[obj.id] = "opaque"
-        st.heap.setdefault(obj.id, {})
+        st.heap.setdefault(obj.id, self.no_hooks({}))
         return frozenset({obj})
 
     def make_optimizer(self, args, kwargs, st, node):

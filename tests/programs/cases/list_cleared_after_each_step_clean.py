@@ -1,0 +1,16 @@
+# expect: clean
+# shape: outputs appended to a list that `clear()` empties after each step: the next step's sum holds only its own output
+import torch
+import torch.nn as nn
+
+net = nn.Linear(4, 4)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+feats = []
+for step in range(3):
+    f = net(torch.randn(2, 4))
+    feats.append(f)
+    loss = sum(x.mean() for x in feats)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    feats.clear()
