@@ -17,6 +17,7 @@ import ast
 from dataclasses import replace
 
 from gradguard import knowledge as K
+from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
@@ -61,7 +62,7 @@ def _tri_or(values) -> object:
     return None
 
 
-class TorchSemantics(ModuleHooks):
+class TorchSemantics(ModuleHooks, DeepCopies):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -722,6 +723,8 @@ class TorchSemantics(ModuleHooks):
             return self.make_sequence(self.iter_elements(args[0], st) if args else UNKNOWN, st, node)
         if dotted in NAMESPACES:
             return self.namespace(args, kwargs, st, node)
+        if dotted == "copy.deepcopy" and args:
+            return self.deep_copy(args[0], st, node)
         if dotted in ("itertools.chain",):
             return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node, nonempty=None)
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):

@@ -72,13 +72,19 @@ lin.weight[:, 0] -= 0.5  # error
     ]
 
     def check(self, facts: Facts):
-        for f in facts.inplaces.values():
-            if not f.leaf_requires_grad:
+        # The first in-place op of a statement to run raises, and the rest of it never runs:
+        # `w.mul_(d).add_(x)` is one error, at `w.mul_(d)`, which finishes first.
+        leaf = sorted((f for f in facts.inplaces.values() if f.leaf_requires_grad),
+                      key=lambda f: (f.node.end_lineno, f.node.end_col_offset))
+        raised = set()
+        for f in leaf:
+            stmt = fixes.statement_of(facts, f.node)
+            if stmt in raised:
                 continue
+            raised.add(stmt)
             target = facts.text(f.target) if f.target is not None else "the tensor"
             kind = "a view of a leaf tensor" if f.is_view_of_leaf else "a leaf tensor"
             message = (f"in-place change of `{target}`, {kind} that requires grad, while gradients are recorded: "
                        f"this raises 'a leaf Variable that requires grad is being used in an in-place operation'")
-            stmt = fixes.statement_of(facts, f.node)
             yield self.finding(message, facts.span(stmt if stmt is f.node else f.node), (),
                                fixes.wrap_no_grad(facts, f.node))
