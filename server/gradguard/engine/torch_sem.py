@@ -185,17 +185,25 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         bound, bound_nodes = {}, {}
         if method:
             bound["self"], bound_nodes["self"] = args[0], nodes[0]
-        for p, v, n in zip(info.positional_params(method), rest, nodes[1:] if method else nodes):
+        parts = {}  # Tensor[] params (cat, stack, einsum operands): their elements, one by one when known
+        positional = info.positional_params(method)
+        for i, (p, v, n) in enumerate(zip(positional, rest, nodes[1:] if method else nodes)):
+            if p in info.tensor_params and tensor_of(v) is not None and len(rest) > len(positional):
+                parts[p] = tuple(rest[i:])  # `torch.einsum(eq, a, b)`: the operands as varargs
+                bound[p] = self.all_of(parts[p])
+                break
             bound[p], bound_nodes[p] = v, n
         for k, v in kwargs.items():
             p = info.param_for_keyword(k)
             if p is not None:
                 bound[p] = v
-        for p in info.tensor_params:  # Tensor[] params (cat, stack, einsum operands): their elements
+        for p in info.tensor_params:
             v = bound.get(p)
             if v is not None and (objs_of(v, "list") or any(isinstance(a, Tup) for a in v)):
                 items = self.exact_items(v, st)
                 bound[p] = self.all_of(items) if items else self.iter_elements(v, st)
+                if items:
+                    parts[p] = items
         first = next((p for p in info.params if p in info.tensor_params and p in bound), None)
         self_val = bound.get("self", bound.get(first) if first else UNKNOWN)
         if info.inplace:
@@ -208,11 +216,12 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             return self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
         return self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
-                              arg_nodes=arg_list)
+                              arg_nodes=arg_list, parts=parts)
 
     def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
-                  modules=(), extra_rg=False):
-        """The tensor an op returns, with the graph region it creates if it requires grad."""
+                  modules=(), extra_rg=False, parts=None):
+        """The tensor an op returns, with the graph region it creates if it requires grad.
+        `parts`: the known elements of a Tensor[] param, each surely saved if the param is."""
         rgs = [_requires_grad(v) if tensor_of(v) is not None else None for v in inputs]
         rg = _tri_or(rgs + ([extra_rg] if extra_rg is not False else []))
         if st.grad is False:
@@ -257,9 +266,11 @@ class TorchSemantics(ModuleHooks, DeepCopies):
                     saved_objs |= st_t.objs
                     saved_names.add(n)
                     saves = True
-                    if len(sv) == 1:  # surely this tensor: a saved variable, of this storage if only one
-                        sure_saves = True
-                        saved_sure.extend((o, n) for o in st_t.objs if len(st_t.objs) == 1)
+                    for part in (parts or {}).get(n, (sv,)):
+                        pt = tensor_of(part)
+                        if len(part) == 1 and pt is not None:  # surely this tensor: saved, of this storage if one
+                            sure_saves = True
+                            saved_sure.extend((o, n) for o in pt.objs if len(pt.objs) == 1)
                 elif self.kind(sv) == "number" and n in info.tensor_params:  # `x * 2` saves the 2, wrapped
                     saved_names.add(n)
                     saves = sure_saves = True
@@ -807,7 +818,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
                 self.version_bump(node, t.objs, st)
             return args[0] if args else UNKNOWN
         tensor_args = [a for a in args if tensor_of(a) is not None]
-        if not tensor_args:
+        if not tensor_args and not any(self.is_tensor_list(a, st) for a in args):  # `torch.einsum(eq, [q, k])`
             return self.call_unknown(args, kwargs, st, node)
         arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
         if kwargs.get("inplace") == const(True):
@@ -818,6 +829,11 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         prefix = "F." if ".functional" in dotted or dotted.startswith("F.") else ""
         return self.apply_op(prefix + last, node, args, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
                              method=False, arg_nodes=arg_nodes)
+
+    def is_tensor_list(self, v, st) -> bool:
+        """Whether `v` is a list or tuple of tensors (the operands of `cat` or `einsum`)."""
+        return bool(objs_of(v, "list") or any(isinstance(a, Tup) for a in v)) and \
+            tensor_of(self.iter_elements(v, st)) is not None
 
     def autograd_grad(self, args, kwargs, st, node):
         outputs = kwargs.get("outputs") or (args[0] if args else UNKNOWN)
