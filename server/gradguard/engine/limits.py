@@ -36,7 +36,7 @@ class Limits:
     import_work: int = 30000  # steps of work with imports followed (~0.5 s here): past it, analysed alone
     modules: int = 24  # workspace modules one analysis reads
     import_depth: int = 3  # the analysed file's imports, theirs, and theirs
-    call_depth: int = 6  # calls followed one inside another
+    call_depth: int = 10  # calls followed one inside another
     call_string: int = 4  # calls a context remembers: regions of a function called from different places
     loop_rounds: int = 6  # iterations of a loop body on the way to its fixpoint
     concrete_iterations: int = 2  # loop iterations run on the exact state the previous one left
