@@ -13,8 +13,6 @@ grad_fn), and what the engine does not know how to copy (an optimizer, an object
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gradguard.engine.values import EMPTY, UNKNOWN, Obj, Tensor, Tup, join
 
 COPYABLE = frozenset({"list", "dict", "module", "instance"})
@@ -49,11 +47,10 @@ class DeepCopies:
     def _copy_object(self, a: Obj, st, key, memo, depth) -> Obj:
         if a.id in memo:
             return memo[a.id]
-        new = memo[a.id] = Obj(key + (a.id,), a.kind)
+        new = memo[a.id] = Obj(key + (a.id,), a.kind)  # a cycle back to `a` finds the copy here
         for table in (self.obj_class, self.module_kind, self.frozen_by):
             if a.id in table:
                 table[new.id] = table[a.id]
-        st.heap[new.id] = {}  # a cycle back to `a` finds the copy in the memo
         st.heap[new.id] = {name: self._copy_value(v, st, key, memo, depth + 1)
                            for name, v in (st.heap.get(a.id) or {}).items()}
         return new

@@ -594,7 +594,8 @@ class Expressions:
 
     def call_object(self, obj, args, kwargs, st, node):
         if obj.kind == "module":  # `model(x)`: its hooks around its forward
-            return self.hooked_call(obj, args, kwargs, st, node, lambda xs: self.call_forward(obj, xs, kwargs, st, node))
+            return self.hooked_call(obj, args, kwargs, st, node,
+                                    lambda xs: self.call_forward(obj, xs, kwargs, st, node))
         return self.call_forward(obj, args, kwargs, st, node)
 
     def call_forward(self, obj, args, kwargs, st, node):
@@ -677,7 +678,8 @@ class Expressions:
                 truths.add(bool(a.items))
             elif isinstance(a, Obj) and a.kind == "dict" and st is not None and self.keyset(a, st) is not None:
                 truths.add(bool(self.keyset(a, st)))
-            elif isinstance(a, Obj) and a.kind == "list" and (items := self.exact_items(frozenset({a}), st)) is not None:
+            elif isinstance(a, Obj) and a.kind == "list" \
+                    and (items := self.exact_items(frozenset({a}), st)) is not None:
                 truths.add(bool(items))
             elif isinstance(a, Obj) and a.kind in ("list", "dict"):
                 return None

@@ -34,7 +34,7 @@ class ModuleHooks:
         """`m.register_forward_hook(fn)`: `fn` joins the module's hooks (first with
         `prepend=True`); a handle that can remove it is returned."""
         attr = REGISTER[name]
-        known = _hooks(st.get_attr(m.id, attr))
+        known = _tuple_items(st.get_attr(m.id, attr))
         fn = args[0] if args else kwargs.get("hook", UNKNOWN)
         if not strong or known is None or UNMODELLED & kwargs.keys() or len(args) > 1:
             st.set_attr(m.id, attr, UNKNOWN)
@@ -58,7 +58,7 @@ class ModuleHooks:
         if not modules or not attr or len(modules) != 1 or len(attr) != 1:
             return NONE
         (m,), (a,) = tuple(modules), tuple(attr)
-        known = _hooks(st.get_attr(m.id, a.value))
+        known = _tuple_items(st.get_attr(m.id, a.value))
         kept = None if known is None else tuple(h for h in known if h != fn)
         if kept is None or len(kept) != len(known) - 1:
             st.set_attr(m.id, a.value, UNKNOWN)
@@ -71,7 +71,7 @@ class ModuleHooks:
         pre, fwd = st.get_attr(m.id, PRE), st.get_attr(m.id, FORWARD)
         if pre in (None, NO_HOOKS) and fwd in (None, NO_HOOKS):
             return call(args)
-        pre, fwd = _hooks(pre), _hooks(fwd)
+        pre, fwd = _tuple_items(pre), _tuple_items(fwd)
         if pre is None or fwd is None:
             return join(call(args), UNKNOWN)
         me = frozenset({m})
@@ -89,8 +89,9 @@ class ModuleHooks:
         return out
 
 
-def _hooks(v) -> tuple | None:
-    """The hooks an attribute surely holds, one by one, or None."""
+def _tuple_items(v) -> tuple | None:
+    """The items of the one tuple `v` surely is (a module's hooks, a pre-hook's new
+    arguments), or None."""
     if v is None or len(v) != 1:
         return None
     (t,) = tuple(v)

@@ -22,8 +22,8 @@ from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
-    Tup, Unknown, const, int_of, is_item_attr, is_summary, item_attr, item_key, join, join_all, map_tensors, objs_of,
-    tensor_of,
+    Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all,
+    map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -199,7 +199,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
                 bound[p] = v
         for p in info.tensor_params:
             v = bound.get(p)
-            if v is not None and (objs_of(v, "list") or any(isinstance(a, Tup) for a in v)):
+            if v is not None and is_sequence(v):
                 items = self.exact_items(v, st)
                 bound[p] = self.all_of(items) if items else self.iter_elements(v, st)
                 if items:
@@ -832,8 +832,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
 
     def is_tensor_list(self, v, st) -> bool:
         """Whether `v` is a list or tuple of tensors (the operands of `cat` or `einsum`)."""
-        return bool(objs_of(v, "list") or any(isinstance(a, Tup) for a in v)) and \
-            tensor_of(self.iter_elements(v, st)) is not None
+        return is_sequence(v) and tensor_of(self.iter_elements(v, st)) is not None
 
     def autograd_grad(self, args, kwargs, st, node):
         outputs = kwargs.get("outputs") or (args[0] if args else UNKNOWN)
@@ -995,7 +994,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
                 attrs["<layers>"] = join_all(args)  # `*layers` not known one by one: an opaque chain
             elif not args:
                 items = ()
-            elif objs_of(args[0], "list") or any(isinstance(a, Tup) for a in args[0]):
+            elif is_sequence(args[0]):
                 items = self.exact_items(args[0], st)
                 attrs["<layers>"] = self.iter_elements(args[0], st)
             elif objs_of(args[0], "dict"):  # ModuleDict: its values
@@ -1186,7 +1185,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             bound, inputs = {}, []
             input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]
             for p, v in zip(input_params, args):
-                if any(isinstance(a, Tup) or isinstance(a, Obj) and a.kind == "list" for a in v):
+                if is_sequence(v):
                     items = self.exact_items(v, st)  # an LSTM's state `(h, c)`, or `tuple(h)`: both are inputs
                     v = self.all_of(items) if items else self.iter_elements(v, st)
                 bound[p] = v

@@ -188,6 +188,11 @@ def objs_of(v: frozenset, kind: Optional[str] = None) -> list:
     return [a for a in v if isinstance(a, Obj) and (kind is None or a.kind == kind)]
 
 
+def is_sequence(v: frozenset) -> bool:
+    """Whether `v` may be a list or a tuple (the operands of `cat`, an LSTM's `(h, c)`)."""
+    return any(isinstance(a, Tup) or isinstance(a, Obj) and a.kind == "list" for a in v)
+
+
 def join_tensors(ts: list) -> Tensor:
     """The one tensor atom standing for any of the distinct `ts`: may facts united, must facts
     intersected, in one pass (folding pairs would copy the growing sets once per tensor: a
