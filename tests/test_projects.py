@@ -50,6 +50,24 @@ def test_the_cause_is_shown_in_the_imported_module(main):
     assert f"of {module.name}" in finding.message  # "(line 6 of features.py)"
 
 
+# where the error is raised inside the imported module: reported at the call, the module's raising line related
+RAISED_IN_MODULE = {"ema_teacher_module/crash/train.py": ("ema.py", "t.mul_(decay)"),
+                    "step_helper_module/crash/train.py": ("steps.py", "loss.backward()")}
+
+
+@pytest.mark.parametrize("main", sorted(RAISED_IN_MODULE))
+def test_an_error_raised_inside_an_imported_module_is_reported_at_the_call(main):
+    [finding] = check_file(HERE / "cases" / main, Config()).findings
+    name, raising = RAISED_IN_MODULE[main]
+    module = (HERE / "cases" / main).parent / name
+    call = (HERE / "cases" / main).read_text().splitlines()[finding.span.line - 1]
+    assert finding.span.path is None and call.strip().endswith("# raises")
+    first = finding.related[0]
+    assert Path(first.span.path) == module.resolve() and first.message == "raises here"
+    assert raising in module.read_text().splitlines()[first.span.line - 1]
+    assert f"at line {first.span.line} of {name}" in finding.message
+
+
 def test_follow_imports_false_analyses_the_file_alone():
     config = Config(follow_imports=False)
     result = check_file(HERE / "cases" / "block_inplace" / "crash" / "train.py", config)
@@ -88,6 +106,21 @@ def test_a_changed_module_changes_the_cached_result(tmp_path):
     blocks.write_text(blocks.read_text().replace("gate *= 2.0", "gate = gate * 2.0"))
     os.utime(blocks, ns=(1, 1))  # a different modification time, whatever the clock's resolution
     assert check_cached(project / "train.py", Config(), cache).findings == []
+
+
+def test_a_module_that_gains_a_backward_changes_the_cached_result_of_a_file_without_one(tmp_path):
+    """A file without a sink of its own is analysed only if a module it imports has one: the
+    cached result of the file depends on that module's text too."""
+    project = tmp_path / "p"
+    shutil.copytree(HERE / "cases" / "step_helper_module" / "crash", project)
+    steps = project / "steps.py"
+    text = steps.read_text()
+    steps.write_text(text.replace("    loss.backward()\n", "    loss.sum()\n"))
+    cache = Cache(tmp_path, Config())
+    assert check_cached(project / "train.py", Config(), cache).findings == []
+    steps.write_text(text)
+    os.utime(steps, ns=(1, 1))
+    assert [f.code for f in check_cached(project / "train.py", Config(), cache).findings] == ["GG001"]
 
 
 def test_an_import_cycle_and_a_missing_module_are_opaque(tmp_path):

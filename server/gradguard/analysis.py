@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import gc
 import io
+import os
 import time
 import tokenize
 import warnings
@@ -23,6 +24,7 @@ from gradguard.findings import Finding
 from gradguard.notebook import Cells
 from gradguard.rules import ALL_RULES
 from gradguard.rules.base import FindingsRule
+from gradguard.workspace import top_imports
 
 __all__ = ["AnalysisTimeout", "Limits", "TooComplex", "analyze", "parse", "run"]
 
@@ -112,9 +114,18 @@ def _collector_paused():
 
 def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells, limits: Limits):
     tree = parse(source, path, deadline)
-    if not binder.worth_analysing(source):
-        return _with_findings_rules(source, []), None
-    if binder.BACKWARD.search(source) is None:
+    # A script without a backward of its own can still run one in the modules it imports: one
+    # that calls an imported training step raises where it calls it.  Whether one has a
+    # backward is read from their texts: a result depends on them (`Facts.read`, for the cache).
+    # (Library modules, which only define things, are left alone: probing every import of
+    # every module of a library for its file doubled the time of checking it.)
+    script = workspace is not None and "torch" in source and os.path.isfile(path) \
+        and binder.BACKWARD.search(source) is None and binder.runs_code(tree)
+    sinks = _imported_sinks(tree, path, workspace) if script else {}
+    imported_sink = any(sinks.values())
+    if not binder.worth_analysing(source) and not imported_sink:
+        return _with_findings_rules(source, []), (Facts(source, tree, read=tuple(sinks)) if sinks else None)
+    if binder.BACKWARD.search(source) is None and not imported_sink:
         # The errors predicted here surface at a backward of this file; a file without one (a
         # library module) gains little from its imports, which would cost as much as itself.
         workspace = None
@@ -125,7 +136,7 @@ def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells
             facts = Interpreter(source, tree, deadline, path=path, limits=limits).run()
     except RecursionError:  # past the engine's own catching: where is not known
         raise TooComplex("code nested too deeply to analyse") from None
-    facts.cells = cells
+    facts.cells, facts.read = cells, tuple(sinks)
     findings: dict = {}
     for rule_cls in ALL_RULES:
         if not issubclass(rule_cls, FindingsRule):
@@ -135,6 +146,21 @@ def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells
                 if f.span.path is None:
                     findings.setdefault((f.span, f.code), f)
     return _with_findings_rules(source, list(findings.values())), facts
+
+
+def _imported_sinks(tree: ast.Module, path: str, workspace) -> dict:
+    """The workspace modules this file imports names from at its top level, by path: whether
+    a function or class it imports by name runs a backward (`from steps import train_step`),
+    read from the module's text without parsing it.  (Not any sink of the module: nearly every
+    module of a library has an in-place op, or a backward somewhere, and following them all
+    from every file tripled the time of a library's check.)"""
+    out = {}
+    for module, level, names in top_imports(tree):
+        found = workspace.located(path, module, level) if names else None
+        if found is not None:
+            text = workspace.text(path, module, level) or ""
+            out[str(found)] = out.get(str(found)) or any(binder.runs_backward(text, name) for name in names)
+    return out
 
 
 def _with_findings_rules(source: str, findings: list[Finding]) -> list[Finding]:

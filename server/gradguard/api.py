@@ -130,7 +130,8 @@ def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
     try:
         findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout,
                                      workspace=workspace_for(config, workspace), cells=cells)
-        result.modules = tuple(m.path for m in result.facts.modules) if result.facts is not None else ()
+        result.modules = tuple(dict.fromkeys([*(m.path for m in result.facts.modules), *result.facts.read])) \
+            if result.facts is not None else ()
     except SyntaxError as exc:
         result.failed(f"syntax error: {_one_line(exc.msg)}", exc.lineno or 1, max(0, (exc.offset or 1) - 1))
     except TooComplex as exc:  # `line`: where the nesting is, if known

@@ -60,6 +60,7 @@ class Backward:
     carriers: tuple = ()  # (name or `self.` attribute, "tensor" | "tuple") holding the stale regions here
     dirty_freed: frozenset = frozenset()  # freed regions also modified in place: keeping them would not help
     cuts: frozenset = frozenset()  # for a root without grad: where its graph was cut (detach, no_grad, ...)
+    entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Inplace:
     objs: frozenset = frozenset()
     loops: tuple = ()
     function: ast.AST | None = None
+    entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
 
 
 @dataclass
@@ -129,6 +131,7 @@ class Facts:
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
+    read: tuple = ()  # paths of workspace modules whose text decided what was analysed (see analysis._run)
     cells: Cells = ()  # a notebook's: where each cell starts in `source`, for the lines messages name
     _nodes: dict = field(default_factory=dict, repr=False)  # (id(scope), kinds) -> `nodes`; scopes live as long
 

@@ -62,6 +62,24 @@ _TOP_IMPORT = re.compile(r"^(?:from\s+\S+\s+)?import\s+([\w ,.]+)$", re.M)
 
 
 @lru_cache(maxsize=4096)
+def top_imports(tree: ast.Module) -> list[tuple[str, int, tuple[str, ...]]]:
+    """Each module the top level of `tree` imports, as (module, level, the names it binds to
+    that module's own names): `from steps import train_step` is ("steps", 0, ("train_step",)),
+    and `import steps` or `from pkg import steps` name a module whose functions are called as
+    `steps.f(...)`: ("steps", 0, ()) and ("pkg.steps", 0, ())."""
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out += [(alias.name, 0, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = tuple(alias.asname or alias.name for alias in node.names if alias.name != "*")
+            if node.module:
+                out.append((node.module, node.level, names))
+            prefix = f"{node.module}." if node.module else ""
+            out += [(prefix + alias.name, node.level, ()) for alias in node.names if alias.name != "*"]
+    return out
+
+
 def project_root(directory: Path) -> Path | None:
     """The nearest directory at or above `directory` that holds a project marker (a
     `pyproject.toml`, `setup.py`, `setup.cfg` or `.git`): where the project's absolute
@@ -93,10 +111,10 @@ class Workspace:
         """The module `from <level dots><module> import ...` in file `importer` names, or None.
         Where a name led is remembered (files appearing later are seen after `set_text` or in
         a new workspace); the module's text is checked for changes on every resolve."""
-        found = self._located(importer, module, level)
+        found = self.located(importer, module, level)
         return self._load(found) if found is not None else None
 
-    def _located(self, importer: str, module: str, level: int) -> Path | None:
+    def located(self, importer: str, module: str, level: int = 0) -> Path | None:
         """The file the import names, found once per directory, module and level."""
         here = Path(importer).parent
         key = (here, module, level)
@@ -109,12 +127,8 @@ class Workspace:
         package's `__init__` may star-import a hundred modules the file never uses): `__all__`
         when it is a literal list, else the public names its top level defines or imports.
         None when the import leads outside the workspace."""
-        path = self._located(importer, module, level)
-        if path is None:
-            return None
-        try:
-            text = self.overlay.get(str(path)) or path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        text = self.text(importer, module, level)
+        if text is None:
             return None
         listed = _ALL.search(text)
         if listed:
@@ -122,6 +136,17 @@ class Workspace:
         names = {m.group(1) or m.group(2) for m in _TOP_NAME.finditer(text)}
         names |= {alias.split(" as ")[-1].strip() for m in _TOP_IMPORT.finditer(text) for alias in m.group(1).split(",")}
         return sorted(n for n in names if n and n.isidentifier() and not n.startswith("_"))
+
+    def text(self, importer: str, module: str, level: int = 0) -> str | None:
+        """The text of the module an import names, read without parsing it (the editor's
+        unsaved text if given), or None when the import leads outside the workspace."""
+        path = self.located(importer, module, level)
+        if path is None:
+            return None
+        try:
+            return self.overlay.get(str(path)) or path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
 
     def _find(self, here: Path, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p]

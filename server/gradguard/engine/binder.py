@@ -44,6 +44,23 @@ def module_like(source: str, methods) -> frozenset:
     return frozenset(out)
 
 
+def runs_backward(text: str, name: str) -> bool:
+    """Whether the top-level function or class `name` of a module's text has a backward in its
+    body (up to the next line that starts at column 0)."""
+    found = re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", text, re.M)
+    if found is None:
+        return False
+    end = re.compile(r"^\S", re.M).search(text, text.find("\n", found.end()) + 1)
+    return BACKWARD.search(text, found.end(), end.start() if end else len(text)) is not None
+
+
+def runs_code(tree: ast.Module) -> bool:
+    """Whether a module does something when run, besides defining and importing: a script's
+    `if __name__ == "__main__":`, its loops, its calls."""
+    return any(isinstance(s, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)) or
+               isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) for s in tree.body)
+
+
 def worth_analysing(source: str) -> bool:
     """False when no rule can fire: no torch, or no sink."""
     return "torch" in source and has_sink(source)
@@ -96,13 +113,14 @@ class Statefulness:
     in it, and gains nothing from running its iterations one by one.  A few regex passes
     over the text (one per round of callers found)."""
 
-    def __init__(self, source: str, sites: list[FunctionSite]):
+    def __init__(self, source: str, sites: list[FunctionSite], imported: frozenset = frozenset()):
+        """`imported`: names of functions of other modules that do (`from steps import train_step`)."""
         self.source = source
         self.starts = [0] + [m.end() for m in re.finditer(r"\n", source)]
         # substrings first (C speed; most library files have none), the regex on their lines only
         self.lines = sorted(self.lines_with(("backward", ".grad", ".step"), STATEFUL))
         names: set = set()
-        new = {site.node.name for site in sites if self.touches(site.node)}
+        new = {site.node.name for site in sites if self.touches(site.node)} | set(imported)
         while new:  # callers of stateful functions are stateful, by name
             names |= new
             calls = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(new))) + r")\s*\(")

@@ -28,6 +28,7 @@ from gradguard.engine.values import (
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
+from gradguard.workspace import top_imports
 
 # What runs of a workspace module when it is imported: its definitions, not its script code.
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
@@ -48,6 +49,7 @@ class Frame:
         self.ctx = ctx
         self.is_module = is_module
         self.module = module  # the workspace module whose code this is (None: the analysed file)
+        self.call_node = None  # the call that made this activation (None: a module or class body)
         self.globals = GLOBALS if module is None else ("<module>", module.path)  # heap object of its globals
         self.class_obj = class_obj  # for class bodies: names are written to the class object
         self.locals, self.globals_declared = names
@@ -233,11 +235,24 @@ class Interpreter(Expressions, TorchSemantics):
         """Which lines of the analysed file (or of a workspace module) run a backward or a step."""
         if module is None:
             if self.statefulness is None:
-                self.statefulness = binder.Statefulness(self.source, self.sites)
+                self.statefulness = binder.Statefulness(self.source, self.sites, self.imported_stateful())
             return self.statefulness
         if module.path not in self.statefulness_of:
             self.statefulness_of[module.path] = binder.Statefulness(module.source, binder.functions(module.tree))
         return self.statefulness_of[module.path]
+
+    def imported_stateful(self) -> frozenset:
+        """The names this file imports from workspace modules that run a backward or a step
+        (all the names a module defines, for one imported whole): a loop calling one runs
+        its iterations one by one, as it would the file's own training step."""
+        if self.workspace is None:
+            return frozenset()
+        out = set()
+        for module, level, names in top_imports(self.tree):
+            text = self.workspace.text(self.path, module, level)
+            if text is not None and binder.STATEFUL.search(text):
+                out |= set(names) if names else set(self.workspace.exported(self.path, module, level) or ())
+        return frozenset(out)
 
     def check_time(self):
         self.budget -= 1
@@ -250,6 +265,16 @@ class Interpreter(Expressions, TorchSemantics):
     @property
     def frame(self) -> Frame:
         return self.frames[-1]
+
+    def entry_call(self):
+        """While code of an imported module runs: the call in the analysed file that led
+        there (an error raised inside is reported at it); None in the analysed file's code."""
+        if self.frame.module is None:
+            return None
+        for outer, inner in zip(reversed(self.frames[:-1]), reversed(self.frames[1:])):
+            if outer.module is None:
+                return inner.call_node
+        return None
 
     @property
     def current_file(self) -> str:
@@ -794,6 +819,7 @@ class Interpreter(Expressions, TorchSemantics):
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))
+        frame.call_node = call_node
         grad = self.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)

@@ -323,7 +323,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         key = self.key(node)
         if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
             self.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
-                                               t.objs, self.loops_here(), self.current_function())
+                                               t.objs, self.loops_here(), self.current_function(), self.entry_call())
             return target_val  # torch raises here: the tensor stays the leaf it was (no graph, no `.grad` warning)
         elif key in self.facts.inplaces and not self.facts.inplaces[key].leaf_requires_grad:
             del self.facts.inplaces[key]  # a leaf error seen on one real path stays
@@ -435,7 +435,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
         self.facts.backwards[key] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
-            no_grad_fn, carriers, freed_hit & t.dirty, t.cut)
+            no_grad_fn, carriers, freed_hit & t.dirty, t.cut, self.entry_call())
         self.facts.consumed_regions |= {r[:-1] for r in t.regions}
         if t.rg is not False:
             self.grads_written(st)

@@ -11,9 +11,10 @@ marker line.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import ClassVar, Iterable
 
-from gradguard.findings import Finding
+from gradguard.findings import Finding, Related
 
 SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety")
 DOCS_URL = "https://github.com/gradguard/gradguard/blob/main/docs/rules.md#{anchor}"
@@ -55,7 +56,14 @@ class Rule:
     def url(cls) -> str:
         return DOCS_URL.format(anchor=f"{cls.code.lower()}-{cls.name}")
 
-    def finding(self, message, span, related=(), fixes=()) -> Finding:
+    def finding(self, message, span, related=(), fixes=(), *, facts=None, entry=None) -> Finding:
+        """`entry`: for an error raised inside an imported module, the call in the checked file
+        that runs it (`Backward.entry`, `Inplace.entry`): the finding is reported at that call,
+        the raising line in the module its first related location."""
+        if entry is not None:
+            message = f"inside `{facts.text(entry)}`, at line {span.line} of {Path(span.path).name}: {message}"
+            related = (Related(span, "raises here"), *related)
+            span = facts.span(entry)
         return Finding(self.code, self.name, self.severity, message, span, tuple(related), tuple(fixes),
                        self.predicts)
 

@@ -146,4 +146,5 @@ for step in range(3):
             if not others:
                 related.append(Related(facts.span(b.node), "the graph is freed here on the previous iteration"))
             related.append(Related(facts.span(first.node), f"{made} is computed here, with a graph"))
-            yield self.finding(message, facts.span(b.node), related, fixes.freed_graph(facts, b, freeing))
+            yield self.finding(message, facts.span(b.node), related, fixes.freed_graph(facts, b, freeing),
+                               facts=facts, entry=b.entry)

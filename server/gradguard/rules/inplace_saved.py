@@ -114,5 +114,6 @@ opt_d.step()
                        f"needed for gradient computation has been modified by an inplace operation'")
             related = [Related(facts.span(n), "modified in place here") for n in changers[:3]]
             related.append(Related(facts.span(first.node), f"`{facts.text(first.node)}` saved it here"))
-            yield self.finding(message, facts.span(b.node), related, fixes.inplace_saved(facts, b, changers))
+            yield self.finding(message, facts.span(b.node), related, fixes.inplace_saved(facts, b, changers),
+                               facts=facts, entry=b.entry)
 

@@ -86,5 +86,6 @@ lin.weight[:, 0] -= 0.5  # error
             kind = "a view of a leaf tensor" if f.is_view_of_leaf else "a leaf tensor"
             message = (f"in-place change of `{target}`, {kind} that requires grad, while gradients are recorded: "
                        f"this raises 'a leaf Variable that requires grad is being used in an in-place operation'")
+            # raised inside an imported helper: the fix wraps its call in this file
             yield self.finding(message, facts.span(stmt if stmt is f.node else f.node), (),
-                               fixes.wrap_no_grad(facts, f.node))
+                               fixes.wrap_no_grad(facts, f.entry or f.node), facts=facts, entry=f.entry)

@@ -93,7 +93,8 @@ y.backward()  # error
             message = (f"`{root}` does not require grad ({why}): this raises 'element 0 of tensors does not "
                        f"require grad and does not have a grad_fn'")
             related = [Related(facts.span(c), "the graph is cut here") for c in cuts[:3]]
-            yield self.finding(message, facts.span(b.node), related, fixes.no_grad_fn(facts, b))
+            yield self.finding(message, facts.span(b.node), related, fixes.no_grad_fn(facts, b), facts=facts,
+                               entry=b.entry)
 
 
 def _describe(facts: Facts, node) -> str:

@@ -1,0 +1,13 @@
+import copy
+
+import torch
+
+
+def make_teacher(student):
+    return copy.deepcopy(student)
+
+
+@torch.no_grad()
+def ema_update(teacher, student, decay=0.99):
+    for t, s in zip(teacher.parameters(), student.parameters()):
+        t.mul_(decay).add_(s.detach(), alpha=1 - decay)
