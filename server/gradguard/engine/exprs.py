@@ -13,8 +13,8 @@ import operator
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, join,
-    is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    EMPTY, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const,
+    int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -106,9 +106,10 @@ class Expressions:
         vals = [self.eval(v, st) for v in node.values]
         return self.new_dict(node, keys, vals, st)
 
-    def new_dict(self, node, keys, vals, st):
-        """A new dict of these keys and values; its items and keys are known where the keys are."""
-        obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+    def new_dict(self, node, keys, vals, st, ctx=None):
+        """A new dict of these keys and values; its items and keys are known where the keys are.
+        `ctx`: the context it is made in, if not the running frame's (a callee's `**kwargs`)."""
+        obj = Obj(("dict", self.frame.ctx if ctx is None else ctx, id(node)), "dict")
         attrs = st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}  # new: written in place
         known = [item_key(k) for k in keys]  # a `**other` entry has no key: EMPTY
         for key, v in zip(known, vals):
@@ -445,6 +446,8 @@ class Expressions:
                 Ref(f"{a.value}.{name}") for a in st.get_attr(obj.id, "__name__") or () if isinstance(a, Const))
         if obj.kind == "class" and v is not None:
             return v
+        if st.get_attr(obj.id, UNSEEN_ATTRS) is not None:  # a call not followed may have set it
+            return UNKNOWN
         return frozenset({Method(frozenset({obj}), name)})
 
     def class_lookup(self, cls_id, name, st, seen=None):

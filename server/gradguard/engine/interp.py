@@ -24,7 +24,7 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, Func, Obj, Ref, Tup, const, item_key, join, map_tensors, objs_of, tensor_of,
+    EMPTY, NONE, UNKNOWN, UNSEEN_ATTRS, Func, Obj, Ref, Tup, const, item_key, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
@@ -811,7 +811,12 @@ class Interpreter(Expressions, TorchSemantics):
         self.analysed_funcs.add(node)
         if node in self.active_calls or len(self.active_calls) >= self.limits.call_depth or \
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
-            return UNKNOWN  # not followed: its result is unknown (helpers like repackage_hidden detach)
+            # Not followed: its result is unknown (helpers like repackage_hidden detach), and so
+            # are the attributes it may have given the objects it got (`self.clear()` making lists).
+            for obj in objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]:
+                if obj.kind in ("instance", "module"):
+                    st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+            return UNKNOWN
         if self.frames and not root:
             ctx = (self.frame.ctx + (id(call_node),))[-self.limits.call_string:]
         else:
@@ -891,12 +896,13 @@ class Interpreter(Expressions, TorchSemantics):
                 v = UNKNOWN
             st.env[p.arg] = v
         if a.vararg:
-            from gradguard.engine.values import Tup
             st.env[a.vararg.arg] = frozenset({Tup(tuple(args[len(positional):]))})
         for p, d in zip(a.kwonlyargs, a.kw_defaults):
             st.env[p.arg] = kwargs.pop(p.arg, None) or (self.literal(d, caller) if d is not None else UNKNOWN)
-        if a.kwarg:
-            st.env[a.kwarg.arg] = UNKNOWN
+        if a.kwarg:  # `**items`: a new dict of the keywords left, unless the call spread a dict (`**cfg`)
+            spread = any(k.arg is None for k in getattr(frame.call_node, "keywords", ()))
+            st.env[a.kwarg.arg] = UNKNOWN if spread else self.new_dict(
+                a.kwarg, [const(k) for k in kwargs], list(kwargs.values()), st, ctx=frame.ctx)
         if positional and args and self.owner_of.get(node) is not None:
             frame.self_value = args[0]  # a method's `self`
 

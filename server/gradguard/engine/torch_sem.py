@@ -23,7 +23,7 @@ from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
     Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all,
-    map_tensors, objs_of, tensor_of,
+    literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -936,10 +936,11 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             if isinstance(owner, ast.ClassDef) and fr.self_value is not None:
                 return frozenset({Super(fr.self_value, ("class", id(owner)))})
             return UNKNOWN
-        if name == "getattr" and len(args) >= 2 and isinstance(node.args[1], ast.Constant):
-            return self.attribute(a0, node.args[1].value, st, node)
-        if name in ("setattr",) and len(args) == 3 and isinstance(node.args[1], ast.Constant):
-            self.set_attribute(a0, node.args[1].value, args[2], st, node)
+        attr = literal_of(args[1], str) if len(args) >= 2 else None  # `getattr(self, name)`, `name` known
+        if name == "getattr" and attr is not None:
+            return self.attribute(a0, attr, st, node)
+        if name == "setattr" and len(args) == 3 and attr is not None:
+            self.set_attribute(a0, attr, args[2], st, node)
             return NONE
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})

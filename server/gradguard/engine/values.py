@@ -140,6 +140,8 @@ UNKNOWN = frozenset({Unknown()})
 NONE_ATOM = Const(None)
 NONE = frozenset({NONE_ATOM})
 EMPTY: frozenset = frozenset()
+# On an object given to a call the engine did not follow (a limit): attributes not seen may exist.
+UNSEEN_ATTRS = "<unseen attributes>"
 
 
 def const(v) -> frozenset:
