@@ -715,7 +715,11 @@ class Interpreter(Expressions, TorchSemantics):
         def enter(body_st, i):
             # A concrete iteration whose condition is surely false does not run (`while not done:`).
             return self.test_truth(s.test, body_st) is not False or i is None
-        return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=truth is not True)
+        # Only a condition true whatever the state (`while True:`) never ends the loop: one true
+        # on entry (`done = False`, then `while not done:`) is tested again after each iteration.
+        endless = truth is True and not any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+                                            for n in ast.walk(s.test))
+        return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=not endless)
 
     def loop(self, s, st, enter, may_be_empty=True, exits_normally=True, count=None):
         """The first two iterations run concretely, each on the state the previous one left
