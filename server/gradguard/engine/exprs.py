@@ -551,14 +551,29 @@ class Expressions:
                 spread |= items is None
             else:
                 args.append(self.eval(a, st))
-        kwargs = {}
+        kwargs, unknown_keywords = {}, False
         for k in node.keywords:
             v = self.eval(k.value, st)
             if k.arg is not None:
                 kwargs[k.arg] = v
+            else:  # `f(**spec["params"])`: the items of a dict known whole are keywords
+                items = self.keyword_items(v, st)
+                unknown_keywords |= items is None
+                kwargs.update(items or {})
         # `f(*xs)` with `xs` not known item by item: the arguments stand for any number of values
         self.unknown_spread = node if spread else None
+        # `f(**cfg)` with keys not known: any parameter may have been given one
+        self.unknown_keywords = node if unknown_keywords else None
         return self.call_value(func, args, kwargs, st, node)
+
+    def keyword_items(self, v, st) -> dict | None:
+        """The items of the one dict `v` surely is, by their string keys, when all are known."""
+        (d,) = tuple(v) if len(v) == 1 else (None,)
+        keys = self.keyset(d, st) if isinstance(d, Obj) and d.kind == "dict" else None
+        if keys is None or not all(isinstance(k, str) for k in keys):
+            return None
+        items = {k: st.get_attr(d.id, item_attr(k)) for k in keys}
+        return None if None in items.values() else items
 
     def call_value(self, func, args, kwargs, st, node):
         if len(func) == 1:  # the common case, without a closure
@@ -848,7 +863,7 @@ def _fold_none_test(op, left):
     """`x is None` / `x is not None` when `x` is surely None or surely something else."""
     if left == NONE:
         res = True
-    elif left and not any(isinstance(a, (Unknown, Const)) for a in left):
+    elif left and not left & NONE and not any(isinstance(a, Unknown) for a in left):  # `0.5 is None`: False
         res = False
     else:
         return None

@@ -180,6 +180,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.statement = None  # the statement being executed
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
+        self.unknown_keywords = None  # the call being made, if a `**kwargs` in it was not known item by item
         self.widening = 0  # loops now past their concrete iterations: new ids are summaries
         self.sure_events = 0  # must facts made so far: graphs, backwards, sure in-place hits, objects (see `loop`)
         self.inplace_flags: dict = {}  # module object id -> (constructor call, position of its inplace flag)
@@ -889,22 +890,23 @@ class Interpreter(Expressions, TorchSemantics):
         a = node.args
         positional = list(a.posonlyargs) + list(a.args)
         defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+        spread = self.unknown_keywords is not None and self.unknown_keywords is frame.call_node  # `f(**cfg)`
+
+        def default(d):  # a parameter not given a value: its default, unless a `**cfg` may have given one
+            return self.literal(d, caller) if d is not None and not spread else UNKNOWN
         for i, p in enumerate(positional):
             if i < len(args):
                 v = args[i]
             elif p.arg in kwargs:
                 v = kwargs.pop(p.arg)
-            elif defaults[i] is not None:
-                v = self.literal(defaults[i], caller)
             else:
-                v = UNKNOWN
+                v = default(defaults[i])
             st.env[p.arg] = v
         if a.vararg:
             st.env[a.vararg.arg] = frozenset({Tup(tuple(args[len(positional):]))})
         for p, d in zip(a.kwonlyargs, a.kw_defaults):
-            st.env[p.arg] = kwargs.pop(p.arg, None) or (self.literal(d, caller) if d is not None else UNKNOWN)
-        if a.kwarg:  # `**items`: a new dict of the keywords left, unless the call spread a dict (`**cfg`)
-            spread = any(k.arg is None for k in getattr(frame.call_node, "keywords", ()))
+            st.env[p.arg] = kwargs.pop(p.arg, None) or default(d)
+        if a.kwarg:  # `**items`: a new dict of the keywords left, unless the call spread a dict not known
             st.env[a.kwarg.arg] = UNKNOWN if spread else self.new_dict(
                 a.kwarg, [const(k) for k in kwargs], list(kwargs.values()), st, ctx=frame.ctx)
         if positional and args and self.owner_of.get(node) is not None:

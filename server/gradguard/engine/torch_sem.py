@@ -494,6 +494,8 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             return const(t.rg) if t.rg is not None else UNKNOWN
         if name == "is_leaf":
             return const(t.leaf) if t.leaf is not None else UNKNOWN
+        if name in K.SIZES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
+            return self.make_sequence(frozenset({Num()}), st, node)
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
             return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
@@ -550,6 +552,8 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             if recv is not None:
                 self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
             return NONE
+        if name in K.SIZES:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
+            return self.make_sequence(frozenset({Num()}), st, node) if not args else frozenset({Num()})
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
