@@ -885,6 +885,9 @@ def _out_of_place(doc: _Doc, e: Edit):
         return None
     if isinstance(path[-1], ast.AugAssign):
         return _out_of_place_aug(doc, e.span, path)
+    chain = _inplace_chain(doc, path)
+    if chain is not None:
+        return chain
     _, module, node = _expression(doc, e.span, ast.Call)
     call, stmt = path[-1], path[-2]
     name = getattr(call.func, "attr", "")
@@ -906,6 +909,43 @@ def _out_of_place(doc: _Doc, e: Edit):
     value = node.with_changes(func=node.func.with_changes(attr=cst.Name(name[:-1])))
     new = cst.Assign(targets=[cst.AssignTarget(target.with_changes(lpar=[], rpar=[]))], value=value)
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
+
+
+def _is_inplace_method(node) -> bool:
+    name = getattr(node.func, "attr", "") if isinstance(node, ast.Call) else ""
+    return name.endswith("_") and not name.startswith("__") and name not in K.NO_OUT_OF_PLACE
+
+
+def _inplace_chain(doc: _Doc, path: list):
+    """`state.mul_(0.9).add_(h)`, a statement of in-place methods on a name or attribute (the
+    span is any call of the chain): `state = state.mul(0.9).add(h)`.  None for anything else."""
+    k = len(path) - 1
+    while k >= 2 and isinstance(path[k - 1], ast.Attribute) and path[k - 1].value is path[k] \
+            and path[k - 2].func is path[k - 1] and _is_inplace_method(path[k - 2]):
+        k -= 2
+    outer, stmt = path[k], path[k - 1]
+    receiver = outer.func.value if isinstance(outer, ast.Call) and isinstance(outer.func, ast.Attribute) else None
+    if not (isinstance(receiver, ast.Call) and _is_inplace_method(outer) and isinstance(stmt, ast.Expr)):
+        return None
+    calls = [outer]
+    while isinstance(calls[-1].func.value, ast.Call) and _is_inplace_method(calls[-1].func.value):
+        calls.append(calls[-1].func.value)
+    if not isinstance(calls[-1].func.value, (ast.Name, ast.Attribute)) or \
+            _root(calls[-1].func.value) in _modules(doc.tree):
+        return None
+    sp = doc.span(outer)
+    _, module, node = _expression(doc, Span(*sp), ast.Call)
+
+    def out_of_place(n):
+        inner = n.func.value
+        if isinstance(inner, cst.Call):
+            inner = out_of_place(inner)
+        return n.with_changes(func=n.func.with_changes(value=inner, attr=cst.Name(n.func.attr.value[:-1])))
+    root = node
+    for _ in calls:
+        root = root.func.value
+    new = cst.Assign(targets=[cst.AssignTarget(root.with_changes(lpar=[], rpar=[]))], value=out_of_place(node))
+    return [(Replacement(Span(*sp), module.code_for_node(new)), _region(doc, path[:k + 1]))]
 
 
 def _out_of_place_aug(doc: _Doc, sp: Span, path: list):

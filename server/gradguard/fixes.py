@@ -524,7 +524,8 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                and n.func.attr.endswith("_")
                                                and n.func.attr not in K.NO_OUT_OF_PLACE
-                                               and (_whole_statement(facts, n) or _unobserved(facts, n))):
+                                               and (_whole_statement(facts, _chain_top(facts, n))
+                                                    or _unobserved(facts, n))):
             fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),), applicability="safe"))
         elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)  # `x[i] = v`, `sim.fill_diagonal_(0)`
               or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
@@ -581,6 +582,18 @@ def _computed_here(facts: Facts, name: ast.Name, stmt: ast.stmt) -> bool:
 def _whole_statement(facts: Facts, call: ast.Call) -> bool:
     stmt = facts.parents.get(call)
     return isinstance(stmt, ast.Expr) and stmt.value is call
+
+
+def _chain_top(facts: Facts, call: ast.Call) -> ast.Call:
+    """The last call of a chain of in-place methods holding `call` (`state.mul_(0.9).add_(h)`
+    for `state.mul_(0.9)`): as a whole statement, it is one update of its receiver."""
+    while True:
+        attr = facts.parents.get(call)
+        outer = facts.parents.get(attr)
+        if not (isinstance(attr, ast.Attribute) and isinstance(outer, ast.Call) and outer.func is attr
+                and attr.attr.endswith("_") and attr.attr not in K.NO_OUT_OF_PLACE):
+            return call
+        call = outer
 
 
 def _unobserved(facts: Facts, call: ast.Call) -> bool:

@@ -13,7 +13,7 @@ import operator
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const,
     int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
@@ -302,6 +302,7 @@ class Expressions:
             if isinstance(obj, Obj) and obj.kind in ("list", "dict"):
                 st.set_attr(obj.id, "<elems>", v, strong=False)
                 st.set_attr(obj.id, "<items>", UNKNOWN)
+                st.set_attr(obj.id, HELD, HELD_NOTHING)
                 if obj.kind == "dict":
                     self.set_dict_item(obj, item_key(index), v, st)
 
@@ -404,11 +405,12 @@ class Expressions:
 
     def make_sequence(self, elem, st, node, nonempty=None, items=None):
         obj = Obj(("list", self.frame.ctx, id(node)), "list")
-        attrs = {"<elems>": elem if elem else EMPTY}
+        attrs = {"<elems>": elem if elem else EMPTY, HELD: HELD_NOTHING}
         if nonempty:
             attrs["<nonempty>"] = const(True)
         if items is not None:
             attrs["<items>"] = frozenset({Tup(tuple(items))})
+            attrs[HELD] = self.all_of([HELD_NOTHING, *items])
         st.heap[obj.id] = attrs
         return frozenset({obj})
 

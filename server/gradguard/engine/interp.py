@@ -24,7 +24,8 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, NONE, UNKNOWN, UNSEEN_ATTRS, Func, Obj, Ref, Tup, const, item_key, join, map_tensors, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, Obj, Ref, Tup, const, item_key, join,
+    map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
@@ -183,6 +184,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.unknown_keywords = None  # the call being made, if a `**kwargs` in it was not known item by item
         self.widening = 0  # loops now past their concrete iterations: new ids are summaries
         self.sure_events = 0  # must facts made so far: graphs, backwards, sure in-place hits, objects (see `loop`)
+        self.graph_inplaces = 0  # in-place ops on tensors in a graph so far (see `loop`)
         self.inplace_flags: dict = {}  # module object id -> (constructor call, position of its inplace flag)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
 
@@ -495,10 +497,12 @@ class Interpreter(Expressions, TorchSemantics):
                 for obj in objs_of(self.eval(t.value, st), "list"):  # `del lst[:]` empties the list
                     st.set_attr(obj.id, "<elems>", EMPTY)
                     st.set_attr(obj.id, "<items>", frozenset({Tup(())}))
+                    st.set_attr(obj.id, HELD, HELD_NOTHING)
             elif isinstance(t, ast.Subscript):  # `del d[k]`, `del lst[i]`: fewer keys, other items
                 base, key = self.eval(t.value, st), item_key(self.eval(t.slice, st))
                 for obj in objs_of(base, "list"):
                     st.set_attr(obj.id, "<items>", UNKNOWN)
+                    st.set_attr(obj.id, HELD, HELD_NOTHING)
                 for obj in objs_of(base, "dict"):
                     keys = self.keyset(obj, st)
                     known = keys is not None and key is not None and len(base) == 1
@@ -729,8 +733,8 @@ class Interpreter(Expressions, TorchSemantics):
         join of every iteration count, with summary ids, which adds only may facts.  A loop
         known to run `count` times, no more than the fixpoint would take, runs exactly that
         many concrete iterations (`for epoch in range(3)`).  A loop that runs no backward
-        or step (itself or through the functions it calls), or whose first iteration made no
-        must fact (no graph that surely requires grad, no backward, no object), goes straight
+        or step (itself or through the functions it calls) and changed no graph in place in
+        its first iteration, or whose first iteration made no must fact (no graph that surely requires grad, no backward, no object), goes straight
         to the fixpoint: most loops of library code have nothing to learn from running one by
         one; so does a loop nested in one that is widening."""
         fr = self.frame
@@ -738,7 +742,8 @@ class Interpreter(Expressions, TorchSemantics):
         fr.events.append(set())
         head = st  # the join of the states after 0, 1, 2, ... iterations
         back = backs = breaks = None  # after the last iteration run; after any iteration; at a break
-        concrete_backs = None  # after any concrete iteration
+        concrete_backs = last_concrete = None  # after any concrete iteration; after the last one
+        ran_concrete = 0
         widened = False
         stateful = self.stateful_loops.get(s)
         if stateful is None:
@@ -747,11 +752,14 @@ class Interpreter(Expressions, TorchSemantics):
         rounds, concrete_iterations = self.limits.loop_rounds, self.limits.concrete_iterations
         exact = count is not None and count <= rounds and self.budget > 0 and not self.widening
         concrete_rounds = rounds if exact else 0 if self.widening else concrete_iterations if stateful else 1
-        work = self.sure_events
+        work, inplaces = self.sure_events, self.graph_inplaces
         try:
             for i in range(rounds if self.budget > 0 else concrete_iterations):
                 if i == 1 and self.sure_events == work and not exact:  # a known count runs out: its
                     concrete_rounds = 0  # later items may take a branch the first did not (`if j != i:`)
+                elif i == 1 and self.graph_inplaces != inplaces and not exact and not self.widening:
+                    # a graph changed in place: the next iteration may save what this one modifies
+                    concrete_rounds = max(concrete_rounds, concrete_iterations)
                 concrete = i < concrete_rounds
                 if (concrete and i and back is None) or (count is not None and i >= count):
                     break  # no iteration goes on to the next
@@ -770,6 +778,7 @@ class Interpreter(Expressions, TorchSemantics):
                 backs = join_states(backs, back)
                 if concrete:
                     concrete_backs = join_states(concrete_backs, back)
+                    last_concrete, ran_concrete = back, ran_concrete + 1
                 new_head = join_states(head, back)
                 if not concrete and new_head == head:
                     break
@@ -785,7 +794,12 @@ class Interpreter(Expressions, TorchSemantics):
         if exits_normally:
             exit_st = back if exact else head if may_be_empty else backs
             if widened and exit_st is not None and self.sure_events != work:
-                exit_st = adopt_sure(exit_st, join_states(st, concrete_backs) if may_be_empty else concrete_backs)
+                if count is not None and count >= ran_concrete:
+                    # it runs at least as often as it ran one by one: it leaves after the last of them
+                    sure = last_concrete
+                else:
+                    sure = join_states(st, concrete_backs) if may_be_empty else concrete_backs
+                exit_st = adopt_sure(exit_st, sure)
             if exit_st is not None:
                 exit_st = self.exec_block(s.orelse, exit_st.copy())
         return join_states(exit_st, breaks)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from gradguard.engine.limits import VALUE_ITEMS, charge
 from gradguard.engine.values import (
-    CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, join, map_tensors, tensor_of, tri_join,
+    CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of, tri_join,
 )
 
 GLOBALS = ("<module>",)
@@ -124,6 +124,27 @@ def _rewrite(st: State, fn) -> None:
                 new[name] = w
         if new is not None:
             st.heap[oid] = new
+
+
+def mark_grad_gained(st: State, storage: tuple, new: Tensor, definite: bool) -> None:
+    """An in-place op made the tensor with this one `storage` require grad (`state.add_(h)`):
+    every other value of that storage (the caller's variable a function's parameter stood for,
+    a view) does too, and carries the op's graph.  A value that may be another storage too
+    may now require grad; so may every value of it when the op may have been on another tensor
+    (not `definite`)."""
+    strong = definite and not is_summary(storage)
+    carried = frozenset(f for f in new.sure if f[0] == CARRIES)
+
+    def fn(t: Tensor):
+        if storage not in t.objs or t.rg is True:
+            return t
+        charge(len(t.regions) + len(new.regions))
+        if strong and t.objs == {storage}:
+            return replace(t, regions=t.regions | new.regions, rg=new.rg, leaf=False if new.rg is True else None,
+                           sure=t.sure | carried)
+        return replace(t, regions=t.regions | new.regions, rg=None, leaf=None if t.leaf is not False else False)
+
+    _rewrite(st, fn)
 
 
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:

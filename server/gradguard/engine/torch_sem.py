@@ -17,11 +17,12 @@ import ast
 from dataclasses import replace
 
 from gradguard import knowledge as K
+from gradguard.engine.arguments import ArgumentParsers
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
-from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed
+from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
     Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all,
     literal_of, map_tensors, objs_of, tensor_of,
 )
@@ -62,7 +63,7 @@ def _tri_or(values) -> object:
     return None
 
 
-class TorchSemantics(ModuleHooks, DeepCopies):
+class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -201,7 +202,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             v = bound.get(p)
             if v is not None and is_sequence(v):
                 items = self.exact_items(v, st)
-                bound[p] = self.all_of(items) if items else self.iter_elements(v, st)
+                bound[p] = self.every_element(v, st)
                 if items:
                     parts[p] = items
         first = next((p for p in info.params if p in info.tensor_params and p in bound), None)
@@ -285,6 +286,20 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
                                  False, view_leaf, sure=frozenset(sure))})
 
+    def every_element(self, v, st) -> frozenset:
+        """All the elements of a sequence as the inputs of one op (`torch.stack(xs)`, `sum(xs)`):
+        its items one by one when known; else any element, with the must facts of those the
+        list surely holds."""
+        items = self.exact_items(v, st)
+        if items:
+            return self.all_of(items)
+        elems = self.iter_elements(v, st)
+        t = tensor_of(elems)
+        if t is None or len(elems) != 1 or len(v) != 1 or not objs_of(v, "list"):
+            return elems
+        held = tensor_of(st.get_attr(next(iter(v)).id, HELD) or HELD_NOTHING)
+        return elems if held is None or held.sure <= t.sure else frozenset({replace(t, sure=t.sure | held.sure)})
+
     def all_of(self, values) -> frozenset:
         """Several tensors that are all inputs of one op (`torch.cat([x, temb])`): unlike a join
         (one of them), what each surely carries, the result surely carries."""
@@ -347,6 +362,9 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         nt = tensor_of(new)
         if nt is not None:
             new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False)})
+            self.graph_inplaces += 1
+            if t.rg is not True and nt.rg is not False and len(t.objs) == 1:
+                mark_grad_gained(st, next(iter(t.objs)), tensor_of(new), definite)
         if target_node is not None:
             self.rebind(target_node, new, st)
         return new
@@ -585,6 +603,8 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             return self.distribution_method(a, name, args, st, node)
         if isinstance(a, Obj) and a.kind == "hook":
             return self.hook_handle_method(a, name, st)
+        if isinstance(a, Obj) and a.kind == "argparser":
+            return self.parser_method(a, name, args, kwargs, st, node)
         if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
@@ -646,6 +666,9 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             return NONE
         if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
             return self.dict_lookup(obj, name, args, st)
+        if name in ("pop", "popleft", "remove") and obj.kind == "list":
+            st.set_attr(obj.id, "<items>", UNKNOWN)  # one item fewer
+            st.set_attr(obj.id, HELD, HELD_NOTHING)
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
             return st.get_attr(obj.id, "<elems>") or UNKNOWN
         if name in ("values", "copy"):
@@ -672,12 +695,14 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         if not strong:
             for name in [n for n in st.heap.get(obj.id) or () if n == "<items>" or is_item_attr(n)]:
                 st.set_attr(obj.id, name, UNKNOWN)
+            if obj.kind == "list":
+                st.set_attr(obj.id, HELD, HELD_NOTHING)
             return
         attrs = {"<elems>": EMPTY}
         if obj.kind == "dict":
             attrs.update({"<keys>": EMPTY, "<keyset>": const(frozenset())})
         else:
-            attrs["<items>"] = frozenset({Tup(())})
+            attrs.update({"<items>": frozenset({Tup(())}), HELD: HELD_NOTHING})
         st.heap[obj.id] = attrs
 
     def dict_lookup(self, obj, name, args, st):
@@ -712,6 +737,9 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             else:
                 new = items + tuple(added)
         elems = join_all(added) if added is not None else (self.iter_elements(args[0], st) if args else UNKNOWN)
+        held = st.get_attr(obj.id, HELD) if strong and added else None
+        if held is not None:  # what it surely held, it still holds, and now these too
+            st.set_attr(obj.id, HELD, self.all_of([held, *added]))
         st.set_attr(obj.id, elems_attr, elems, strong=False)
         st.set_attr(obj.id, "<items>", frozenset({Tup(new)}) if new is not None else UNKNOWN)
         if name != "extend" or added:
@@ -738,6 +766,8 @@ class TorchSemantics(ModuleHooks, DeepCopies):
             return self.make_sequence(self.iter_elements(args[0], st) if args else UNKNOWN, st, node)
         if dotted in NAMESPACES:
             return self.namespace(args, kwargs, st, node)
+        if dotted == "argparse.ArgumentParser":
+            return self.make_parser(st, node)
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
         if dotted in ("itertools.chain",):
@@ -922,8 +952,7 @@ class TorchSemantics(ModuleHooks, DeepCopies):
         if name == "next":
             return self.iter_elements(a0, st)
         if name == "sum":
-            items = self.exact_items(a0, st)
-            elems = self.all_of(items) if items else self.iter_elements(a0, st)
+            elems = self.every_element(a0, st)
             if tensor_of(elems) is not None:
                 return self.apply_op("add", node, [elems, elems], {}, st)
             return frozenset({Num()}) if self.kind(elems) == "number" else UNKNOWN

@@ -88,7 +88,7 @@ class Ref:
 @dataclass(frozen=True)
 class Obj:
     """An instance with attributes in the heap: `kind` is "module", "instance", "optimizer",
-    "list", "dict", "generator", "class", "grad_ctx" or "scaler"."""
+    "list", "dict", "generator", "class", "grad_ctx", "scaler" or "argparser"."""
 
     id: tuple
     kind: str
@@ -142,6 +142,11 @@ NONE = frozenset({NONE_ATOM})
 EMPTY: frozenset = frozenset()
 # On an object given to a call the engine did not follow (a limit): attributes not seen may exist.
 UNSEEN_ATTRS = "<unseen attributes>"
+# A list's attribute: one tensor with the must facts of the tensors surely in it, kept when its
+# items are no longer known one by one (appended in a loop), so that `torch.stack(xs)` after
+# the loop still surely carries what its first iterations appended.  Only appending adds to it.
+HELD = "<held>"
+HELD_NOTHING = frozenset({Tensor()})  # no tensor surely held (a join with it keeps no must fact)
 
 
 def const(v) -> frozenset:

@@ -1,0 +1,91 @@
+"""`argparse`: the options a training script declares, and the values it runs with.
+
+Research scripts keep their configuration in an `ArgumentParser`: `--freeze_embed`
+(`action="store_true"`) decides whether the embedding is frozen, `--epochs` how often the
+loop runs.  `parser.parse_args()` and `parser.parse_args([])` give the values the script
+runs with when started as it is (`python train.py`), the declared defaults, each exactly:
+`store_true` is False, `store_false` True, an option without a default None.  Whatever is
+not one of those is unknown, never a guess: a string default that `type=` converts, a
+required or positional option, sub-commands, an argument list other than none or `[]`.
+"""
+from __future__ import annotations
+
+from gradguard.engine.values import NONE, UNKNOWN, UNSEEN_ATTRS, Const, Obj, Tup, const
+
+OPAQUE = "<opaque>"  # on a parser: an option it declares is not known (its namespace's attributes are unknown)
+FLAG_DEFAULTS = {"store_true": False, "store_false": True}
+
+
+class ArgumentParsers:
+    def make_parser(self, st, node):
+        """`argparse.ArgumentParser(...)`: no options yet."""
+        obj = Obj(("parser",) + self.region_id(node, "parser"), "argparser")
+        st.heap[obj.id] = {}
+        return frozenset({obj})
+
+    def parser_method(self, parser: Obj, name, args, kwargs, st, node):
+        if name == "add_argument":
+            self.add_option(parser, args, kwargs, st)
+            return UNKNOWN  # an Action
+        if name in ("add_argument_group", "add_mutually_exclusive_group"):
+            return frozenset({parser})  # its options are the parser's
+        if name == "set_defaults":
+            for key, v in kwargs.items():
+                st.set_attr(parser.id, key, v)
+            return NONE
+        if name in ("parse_args", "parse_known_args"):
+            ns = self.parsed(parser, args, kwargs, st, node)
+            return ns if name == "parse_args" else frozenset({Tup((ns, UNKNOWN))})
+        if name == "add_subparsers":
+            st.set_attr(parser.id, OPAQUE, const(True))
+        return self.call_unknown(args, kwargs, st, node)
+
+    def add_option(self, parser: Obj, args, kwargs, st):
+        """`add_argument("--lr", type=float, default=0.1)`: its destination gets its default."""
+        names = [a.value for v in args for a in v if isinstance(a, Const) and isinstance(a.value, str)]
+        dest = kwargs.get("dest")
+        if dest is not None:
+            dest = next((a.value for a in dest if isinstance(a, Const) and isinstance(a.value, str)), None)
+        elif len(names) == len(args) and names:
+            longs = [n for n in names if n.startswith("--")]
+            first = longs[0] if longs else names[0]
+            dest = first.lstrip("-").replace("-", "_") if first.startswith("-") else first
+        if dest is None:
+            st.set_attr(parser.id, OPAQUE, const(True))
+            return
+        st.set_attr(parser.id, dest, self.option_default(names, kwargs))
+
+    def option_default(self, names, kwargs):
+        """The value an option has when the command line does not give it."""
+        positional = bool(names) and not names[0].startswith("-")
+        if _literal(kwargs.get("required", const(False))) is not False or \
+                positional and _literal(kwargs.get("nargs", NONE)) not in ("?", "*"):
+            return UNKNOWN  # the command line must give it
+        if "default" in kwargs:
+            default = kwargs["default"]
+            if "type" in kwargs and any(isinstance(a, Const) and isinstance(a.value, str) for a in default):
+                return UNKNOWN  # argparse converts a string default with `type`
+            return default
+        action = _literal(kwargs.get("action", const("store")))
+        if action in FLAG_DEFAULTS:
+            return const(FLAG_DEFAULTS[action])
+        return NONE if isinstance(action, str) else UNKNOWN
+
+    def parsed(self, parser: Obj, args, kwargs, st, node):
+        """The namespace `parse_args(argv)` returns: the defaults without `argv` or for `[]`,
+        else unknown."""
+        argv = args[0] if args else kwargs.get("args")
+        empty = argv is None or len(argv) == 1 and self.exact_items(argv, st) == ()
+        attrs = dict(st.heap.get(parser.id) or {})
+        opaque = attrs.pop(OPAQUE, None) is not None
+        obj = Obj(("obj",) + self.region_id(node, "args"), "instance")
+        if not empty or opaque:
+            attrs = {key: UNKNOWN for key in attrs}
+            attrs[UNSEEN_ATTRS] = const(True)
+        st.heap[obj.id] = attrs
+        return frozenset({obj})
+
+
+def _literal(v):
+    """The one literal `v` surely is, else the `UNKNOWN` value itself (equal to no literal)."""
+    return next(iter(v)).value if len(v) == 1 and isinstance(next(iter(v)), Const) else UNKNOWN
