@@ -1,11 +1,14 @@
 """GradGuard on the probe sets: crashes found at the raising line with the right kind, twins flagged.
 
-    python bench/bench_probes.py [--oracle] [DIR ...]
+    python bench/bench_probes.py [--oracle] [--fixes] [DIR ...]
 
 DIR defaults to every set in bench/probes/ (see its README).  Each program's label is its
 `# expect: KIND` header and its `# raises` line; with --oracle each is also run under torch
-(../shared/corpus/oracle.py) and a label torch disagrees with is reported.  Prints, per set,
-what was missed and flagged and the counts; exits 0 (a measurement, not a test).
+(../shared/corpus/oracle.py) and a label torch disagrees with is reported.  With --fixes,
+each crash found gets the preferred confirmed fix of every finding (`--fix --unsafe-fixes`)
+and is run under torch: the count of those that then run clean is the preferred-fix rate.
+Prints, per set, what was missed and flagged and the counts; exits 0 (a measurement, not a
+test).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
@@ -21,19 +25,36 @@ from corpus_support import expectation  # noqa: E402
 from gradguard.api import check_file  # noqa: E402
 from gradguard.config import Config  # noqa: E402
 from gradguard.rules import ALL_RULES  # noqa: E402
+from gradguard.verify import fix_all  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ORACLE = HERE.parents[1] / "shared" / "corpus" / "oracle.py"
 PREDICTS = {rule.code: rule.predicts for rule in ALL_RULES}
 
 
-def measure(directory: Path, oracle: bool) -> None:
-    found = crashes = flagged = clean = 0
+def run(path: Path) -> dict:
+    """The oracle's outcome of running one program under torch."""
+    return json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
+                                     text=True).stdout or "{}")
+
+
+def runs_after_fix(path: Path) -> bool:
+    fixed = fix_all(path.read_text(encoding="utf-8"), path.name, Config(), unsafe=True)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / path.name
+        target.write_text(fixed, encoding="utf-8")
+        ran = run(target)
+    if ran.get("kind") != "clean":
+        print(f"  UNFIXED  {path.name}: after the fix, {ran.get('kind')} at line {ran.get('line')}")
+    return ran.get("kind") == "clean"
+
+
+def measure(directory: Path, oracle: bool, fixes: bool) -> None:
+    found = crashes = flagged = clean = repaired = 0
     for path in sorted(directory.glob("*.py")):
         kind, line = expectation(path)  # `# expect: KIND` and the `# raises` line
         if oracle:
-            ran = json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
-                                            text=True).stdout or "{}")
+            ran = run(path)
             if (ran.get("kind"), ran.get("line")) != (kind, line):
                 print(f"  LABEL    {path.name}: labelled {kind} {line}, torch: {ran.get('kind')} {ran.get('line')}")
         result = check_file(path, Config())
@@ -50,16 +71,20 @@ def measure(directory: Path, oracle: bool) -> None:
             found += (line, kind) in predicted
             if (line, kind) not in predicted:
                 print(f"  MISSED   {path.name}: {kind} at line {line}; predicted {sorted(predicted)}")
-    print(f"{directory.name}: crashes found {found}/{crashes}; fixed twins flagged {flagged}/{clean}")
+            elif fixes:
+                repaired += runs_after_fix(path)
+    print(f"{directory.name}: crashes found {found}/{crashes}; fixed twins flagged {flagged}/{clean}"
+          + (f"; found crashes that run clean after the preferred fix {repaired}/{found}" if fixes else ""))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="*", type=Path, help="probe sets (default: every one in bench/probes)")
     parser.add_argument("--oracle", action="store_true", help="also run each program under torch")
+    parser.add_argument("--fixes", action="store_true", help="run each crash found after its preferred fix")
     args = parser.parse_args()
     for directory in args.dirs or sorted(p for p in (HERE / "probes").iterdir() if p.is_dir()):
-        measure(directory, args.oracle)
+        measure(directory, args.oracle, args.fixes)
     return 0
 
 

@@ -107,8 +107,6 @@ NO_FIX = {
                                                      "the fix detaches the others' logits where a helper reads them",
     "loss_built_from_a_registry_with_config_keywords_crash.py": "the cut is the binarisation the config asks for "
                                                                 "(`threshold`): the fix is in the config, not an edit",
-    "einsum_of_a_queue_pushed_before_backward_crash.py": "the change is `self.keys[...] = ...` in a method: no fix "
-                                                         "yet saves a copy of the operand (`queue.keys.clone()`)",
 }
 
 

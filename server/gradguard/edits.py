@@ -1054,6 +1054,7 @@ def _parses(doc: _Doc, source: str, reps: list[Replacement], regions: list) -> b
 
 _HANDLERS = {
     "detach": _method("detach"),
+    "clone": _method("clone"),
     "item": _method("item"),
     "retain_graph": _keyword_true("retain_graph"),
     "create_graph": _keyword_true("create_graph"),

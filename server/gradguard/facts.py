@@ -35,6 +35,7 @@ class Region:
     saved_sure: set = field(default_factory=set)  # storages it surely saved, each one runtime storage
     saved_as: dict = field(default_factory=dict)  # storage -> the names it was saved as ("weight", "result")
     modified: set = field(default_factory=set)  # names of its saved tensors an in-place op surely changed since
+    stale: set = field(default_factory=set)  # the storages of those
     leaves: set = field(default_factory=set)  # storages of the leaves requiring grad it surely takes as input
     order: int = 0  # creation order: autograd runs later nodes first (the first failing one raises)
     saved_names: set = field(default_factory=set)  # what it saved, for messages ("result", "weight", ...)

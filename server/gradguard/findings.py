@@ -31,6 +31,7 @@ class Edit:
     into a libcst edit lazily.  Kinds:
 
     - "detach": append `.detach()` to the expression at `span`;
+    - "clone": append `.clone()` to the expression at `span`;
     - "detach_before" / "detach_after": insert `NAME = NAME.detach()` before / after the
       statement at `span`; "detach_if_before" only when NAME has a `detach` (it starts as
       `None` or `0`); "detach_tuple_before" / "detach_tuple_after" detach each tensor of a

@@ -512,16 +512,22 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         fixes.append(Fix(f"Turn off the in-place mode of {names}: `inplace=False`",
                          tuple(edit(facts, "inplace_false", call, "" if position is None else str(position))
                                for call, position in flags), applicability="safe"))
-    for n in [n for n in changers if n not in facts.inplace_flags][:1]:
+    first = [n for n in changers if n not in facts.inplace_flags][:1]
+    steps = [n for n in changers if n not in facts.inplace_flags and _is_step(n)] if first and _is_step(first[0]) \
+        else []
+    if steps:
+        moves = [m for m in (_step_moved(facts, b, n) for n in steps) if m is not None]
+        if moves:  # (a step after the backward changed the weights on the previous iteration)
+            fixes.append(Fix(" and ".join(f"Run `{facts.text(moved, 60)}` after `{facts.text(target, 60)}`"
+                                          for moved, target in dict.fromkeys(moves))
+                             + ": that backward still needs the old weights",
+                             tuple(edit(facts, "move_after", moved, target=target)
+                                   for moved, target in dict.fromkeys(moves))))
+        else:
+            fixes.append(_accumulated(facts, b, steps[0]))
+    for n in first if not steps else ():
         stmt = statement_of(facts, n)
-        if _is_step(n):
-            target = _statement_reaching(facts, b, _function_of(facts, n))
-            if target is not None and before(stmt, target):
-                fixes.append(Fix(f"Run `{facts.text(n)}` after the backward that still needs the old weights",
-                                 (edit(facts, "move_after", stmt, target=target),)))
-            else:
-                fixes.append(_accumulated(facts, b, n))
-        elif isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        if isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                                                and n.func.attr.endswith("_")
                                                and n.func.attr not in K.NO_OUT_OF_PLACE
                                                and (_whole_statement(facts, _chain_top(facts, n))
@@ -534,6 +540,11 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
             name = (n.value if isinstance(n, ast.Subscript) else n.func.value).id
             fixes.append(Fix(f"Modify a copy: `{name} = {name}.clone()` first",
                              (edit(facts, "clone_before", stmt, name),), applicability="safe"))
+    operands = saved_operands(facts, b)
+    if operands:  # or the op saves a copy: the queue it reads is pushed to in place afterwards
+        fixes.append(Fix("Save a copy for backward: " + ", ".join(f"`{facts.text(o)}.clone()` in `{facts.text(op, 40)}`"
+                                                              for o, op in operands[:2]),
+                         tuple(edit(facts, "clone", o) for o, _ in operands), applicability="safe"))
     loop = b.loops[-1] if b.loops else None
     outside = [facts.regions[r] for r in b.dirty_hit if loop is not None and loop not in facts.regions[r].loops]
     if outside:  # built before the loop, changed by an iteration's step, needed again by the next one
@@ -543,6 +554,47 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
         fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in cuts) + " (no gradient through it)",
                          tuple(edit(facts, "detach", c) for c in cuts)))
     return ranked(fixes)
+
+
+def saved_operands(facts: Facts, b: Backward) -> list:
+    """(operand, op): the operands holding a storage that an op saved and an in-place op then
+    surely changed (the queue in `torch.einsum("nc,ck->nk", [q, queue.keys])`, pushed to
+    before the backward).  Not parameters: a copy would make the backward compute gradients
+    of weights the step already replaced."""
+    out = []
+    for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node)):
+        out += [(o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
+                if isinstance(o.ctx, ast.Load) and not isinstance(facts.parents.get(o), ast.Attribute)
+                and id(o) in facts.values and facts.values[id(o)].objs & r.stale
+                and not any(obj[0] == "params" for obj in facts.values[id(o)].objs)]  # weights: see `_step_moved`
+    return out
+
+
+def _step_moved(facts: Facts, b: Backward, step: ast.Call) -> tuple | None:
+    """(statement, target): moving the statement that runs `step` to just after the target,
+    which runs the backward `b`, lets that backward see the weights it saved.  In one function
+    (`opt_q.step()` written before the policy's backward), or in the caller of both (a helper
+    `_optimize(opt, loss)` called for the critic, then for the actor): their calls there."""
+    stmt = statement_of(facts, step)
+    target = _statement_reaching(facts, b, _function_of(facts, step))
+    if target is not None and before(stmt, target):
+        return stmt, target
+    back = next((_call_chain(k) for k, fact in facts.backwards.items() if fact is b), None)
+    calls = {id(n): n for n in facts.nodes(facts.tree, ast.Call)}
+    for key, fact in facts.steps.items():
+        chain = _call_chain(key)
+        if fact.node is not step or back is None:
+            continue
+        k = next((i for i, (x, y) in enumerate(zip(chain, back)) if x != y), min(len(chain), len(back)))
+        mine, theirs = calls.get(chain[k]) if k < len(chain) else None, calls.get(back[k]) if k < len(back) else None
+        if mine is None or theirs is None:
+            continue
+        moved, target = statement_of(facts, mine), statement_of(facts, theirs)
+        parent = facts.parents.get(moved)
+        if parent is facts.parents.get(target) and before(moved, target) and any(
+                isinstance(block, list) and moved in block and target in block for block in vars(parent).values()):
+            return moved, target
+    return None
 
 
 def _accumulated(facts: Facts, b: Backward, step: ast.Call) -> Fix | None:
@@ -676,7 +728,11 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                 target = parent
             fixes.append(Fix(f"Keep the parameters trainable: remove `{facts.text(target, 40)}`",
                              (edit(facts, "delete", target),)))
-    for wrap, items in rewrapped_items(facts, b)[:1]:
+    copies = [c for c in cuts if isinstance(c, ast.Call) and _copies_values(c)]
+    for wrap in copies[:1]:
+        fixes.append(Fix(f"Keep the graph: `torch.stack` the tensors instead of copying them with "
+                         f"`{facts.text(wrap, 30)}`", (edit(facts, "stack", wrap),)))
+    for wrap, items in [(w, i) for w, i in rewrapped_items(facts, b) if w not in copies][:1]:
         if not items:
             fixes.append(Fix(f"Keep the graph: `torch.stack` the tensors instead of copying them with "
                              f"`{facts.text(wrap, 30)}`", (edit(facts, "stack", wrap),)))
@@ -785,6 +841,12 @@ def _used_as_number(facts: Facts, compare: ast.Compare):
     return None
 
 
+def _copies_values(call: ast.Call) -> bool:
+    """`torch.tensor(xs)`: a new tensor of the values of what it is given."""
+    return _last_name(call.func) in ("tensor", "as_tensor", "Tensor", "FloatTensor") \
+        and isinstance(call.func, ast.Attribute) and len(call.args) == 1 and not call.keywords
+
+
 def rewrapped_items(facts: Facts, b: Backward) -> list:
     """(`torch.tensor(xs)`, the `.item()` calls that gave xs its numbers) in the backward's
     function: numbers taken out of the graph and put back in a new tensor without one; no
@@ -792,8 +854,7 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
     scope = _function_of(facts, b.node) or facts.tree
     out = []
     for call in facts.nodes(scope, ast.Call):
-        if not (_last_name(call.func) in ("tensor", "as_tensor", "Tensor", "FloatTensor")
-                and isinstance(call.func, ast.Attribute) and len(call.args) == 1 and not call.keywords):
+        if not _copies_values(call):
             continue
         arg = call.args[0]
         if _is_item(arg):  # torch.tensor(loss.item()): the loss itself
@@ -933,6 +994,20 @@ def _elements(facts: Facts, node) -> list:
 
 
 # ----------------------------------------------------------------- other rules
+def leaf_inplace(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
+    """An in-place op whose result is what a lambda or a function returns (`Lambda(lambda x:
+    x.mul_(1 / 255))` in a transform pipeline) computes the same out of place, where it runs;
+    any other is wrapped in no_grad (`wrap_no_grad`)."""
+    parent = facts.parents.get(node)
+    returned = isinstance(parent, ast.Lambda) and parent.body is node or isinstance(parent, ast.Return)
+    if returned and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr.endswith("_") and not node.func.attr.startswith("_") \
+            and node.func.attr not in K.NO_OUT_OF_PLACE:
+        return ranked([Fix("Return the out-of-place result", (edit(facts, "out_of_place", node),)),
+                       *wrap_no_grad(facts, node)])
+    return wrap_no_grad(facts, node)
+
+
 def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
     """Wrap the in-place statement, with the flagged statements next to it and the in-place
     changes of the same tensor that follow it (`delta += step; delta.clamp_(-eps, eps)`: torch

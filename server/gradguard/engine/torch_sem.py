@@ -383,6 +383,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         for rid in sure_hit:
             self.facts.dirtied_by.setdefault(rid, set()).add(node)
             regs[rid].modified |= {n for o in regs[rid].saved_sure & sure for n in regs[rid].saved_as[o]}
+            regs[rid].stale |= regs[rid].saved_sure & sure
         mark_dirty(st, hit, sure=sure_hit)
         return hit, sure_hit
 
@@ -837,7 +838,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             if last in K.FACTORIES_NUMBERS_ONLY and any(tensor_of(a) is not None for a in args):
                 return self.apply_op("normal", node, args, kwargs, st, method=False, arg_nodes=list(node.args))
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
-            return self.fresh_tensor(node, st, rg=rg)
+            # `torch.tensor(log_probs)` copies the values of the tensors in a list, not their graph
+            copied = [self.iter_elements(a, st) for a in args[:1] if is_sequence(a)]
+            return self.fresh_tensor(node, st, rg=rg, inputs=copied)
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             return self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args))
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",

@@ -88,4 +88,4 @@ lin.weight[:, 0] -= 0.5  # error
                        f"this raises 'a leaf Variable that requires grad is being used in an in-place operation'")
             # raised inside an imported helper: the fix wraps its call in this file
             yield self.finding(message, facts.span(stmt if stmt is f.node else f.node), (),
-                               fixes.wrap_no_grad(facts, f.entry or f.node), facts=facts, entry=f.entry)
+                               fixes.leaf_inplace(facts, f.entry or f.node), facts=facts, entry=f.entry)

@@ -1,0 +1,27 @@
+# expect: clean
+# shape: the twin of weight_normed_classifier_with_inplace_dropout_crash.py with `nn.Dropout(dropout)`: the ReLU output it reads is left as saved
+import torch
+import torch.nn as nn
+from torch.nn.utils.parametrizations import weight_norm
+
+
+class Classifier(nn.Module):
+    def __init__(self, in_dim, hid, out_dim, dropout):
+        super().__init__()
+        self.main = nn.Sequential(
+            weight_norm(nn.Linear(in_dim, hid), dim=None),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            weight_norm(nn.Linear(hid, out_dim), dim=None),
+        )
+
+    def forward(self, x):
+        return self.main(x)
+
+
+clf = Classifier(8, 16, 3, 0.5)
+opt = torch.optim.Adamax(clf.parameters())
+logits = clf(torch.randn(4, 8))
+loss = nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 0]))
+loss.backward()
+opt.step()
