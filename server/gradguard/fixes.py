@@ -99,8 +99,9 @@ def _sites(regions) -> set:
 
 
 def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> list:
-    """(container, value) of `bank.append(value)` calls in the loop whose value carries one of
-    `regions` (of any iteration): a memory bank that keeps last iteration's graph."""
+    """(container, value) of `bank.append(value)` calls in the loop (or module) whose value
+    carries one of `regions` (of any iteration): a memory bank that keeps last iteration's
+    graph, a rollout buffer that keeps the graphs of the values it collected."""
     sites = _sites(regions)
     out = []
     for call in ast.walk(loop):
@@ -147,6 +148,24 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
                      and t.rg is not False and not _may_be_none(facts, n)]
             if reads:
                 out.append(sorted(reads, key=position))
+    return out
+
+
+def tuple_reentries(facts: Facts, regions: frozenset) -> list:
+    """The first read, before the statement, of each attribute a statement assigns a tuple to
+    in a function that built one of `regions` (`self._state = self._carry(state)` after `out,
+    state = self.rnn(x, self._state)`): where the previous call's `(h, c)` comes back."""
+    out = []
+    functions = {facts.regions[r].function for r in regions}  # where the freed graph was built
+    for stmt in facts.nodes(None, ast.Assign):
+        if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Attribute) \
+                or _function_of(facts, stmt) not in functions \
+                or not any(id(n) in facts.tuples for n in ast.walk(stmt.value)):
+            continue
+        reads = [n for n in _reads_of(facts, facts.text(stmt.targets[0], 200), _function_of(facts, stmt))
+                 if before(n, stmt) and id(n) in facts.tuples]
+        if reads:
+            out.append(min(reads, key=position))
     return out
 
 
@@ -352,7 +371,10 @@ def _two_losses(facts, b, firsts):
 
 
 def _built_before_loop(facts, b, loop, outside):
-    return ranked([*_uncached(facts, b.freed_hit), *_rebuilt(facts, b, loop, outside),
+    # a rollout buffer that stored the critic's values with their graph (`self.values.append(value)`)
+    stored = [Fix(f"Store `{facts.text(value)}` in `{facts.text(container)}` detached", (edit(facts, "detach", value),))
+              for container, value in stored_in_containers(facts, facts.tree, frozenset(r.id for r in outside))[:1]]
+    return ranked([*_uncached(facts, b.freed_hit), *_rebuilt(facts, b, loop, outside), *stored,
                    Fix("Keep the graph: `retain_graph=True`", (edit(facts, "retain_graph", b.node),))])
 
 
@@ -446,9 +468,16 @@ def _carried_from_previous_iteration(facts, b, loop):
                          (edit(facts, "detach", value),)))
     for stmt in stored_on_attributes(facts, b.freed_hit)[:2]:
         fixes.append(Fix(f"Store `{facts.text(stmt.targets[0])}` detached", (edit(facts, "detach", stmt.value),)))
-    for reads in attribute_reentries(facts, b.freed_hit)[:1]:
-        fixes.append(Fix(f"Detach `{facts.text(reads[0])}` where the previous value comes back",
-                         tuple(edit(facts, "detach", r) for r in reads)))
+    reentries = attribute_reentries(facts, b.freed_hit)
+    if reentries:  # every attribute that brings a previous graph back: a KV cache's keys and values
+        names = list(dict.fromkeys(facts.text(reads[0]) for reads in reentries))
+        fixes.append(Fix("Detach " + ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else "")
+                         + " where the previous value comes back",
+                         tuple(edit(facts, "detach", r) for r in dict.fromkeys(r for reads in reentries for r in reads))))
+    for read in tuple_reentries(facts, b.freed_hit)[:1]:  # an LSTM's `(h, c)` kept on the object
+        form = "detach_tuple_if_before" if id(read) in facts.maybe_none else "detach_tuple_before"
+        fixes.append(Fix(f"Detach `{facts.text(read)}` where the previous value comes back",
+                         (edit(facts, form, statement_of(facts, read), facts.text(read, 200)),)))
     state = object_state(facts, b.freed_hit, loop)
     if state:  # truncated backpropagation: the object's state enters each iteration detached
         fixes.append(Fix("Detach " + ", ".join(f"`{name}`" for name, _ in state) + " at the start of each iteration",
