@@ -363,6 +363,8 @@ def test_soft_argmax_refuses_what_it_would_repeat():
     ("m = (z > 0).half()\n", "(z > 0).half()", "logit", "m = z.sigmoid()\n"),
     ("m = (z < -1.0).float()\n", "(z < -1.0).float()", "logit", "m = (-1.0 - z).sigmoid()\n"),
     ("n = (a + b > 2).sum()\n", "a + b > 2", "logit", "n = ((a + b - 2).sigmoid()).sum()\n"),
+    ("m = (x > threshold).type(x.dtype)\n", "(x > threshold).type(x.dtype)", "logit",
+     "m = (x - threshold).sigmoid()\n"),
 ])
 def test_soft_threshold(before, text, name, after):
     assert fixed(before, Edit("soft_compare", at(before, text), name)) == after
@@ -381,8 +383,8 @@ def test_soft_class_match(before, compare, argmax, name, after):
 
 
 def test_soft_compare_leaves_what_is_not_a_number_comparison():
-    src = "import torch\nm = (p > q).float()\nk = (x.argmax() == y).float()\n"
-    for text, target in (("(p > q).float()", None), ("(x.argmax() == y).float()", at(src, "x.argmax()"))):
+    src = "import torch\nm = (p > q.mean()).float()\nk = (x.argmax() == y).float()\n"
+    for text, target in (("(p > q.mean()).float()", None), ("(x.argmax() == y).float()", at(src, "x.argmax()"))):
         assert replacements(src, Fix("t", (Edit("soft_compare", at(src, text), "prob", target),))) == []
 
 

@@ -105,8 +105,6 @@ NO_FIX = {
     "distribution_sample_has_no_grad.py": "sample() draws without a graph: whether rsample() is meant is the user's choice",
     "peer_logits_dict_mimicry_backward_per_peer.py": "retain_graph=True would meet the peers' optimizer steps (GG002); "
                                                      "the fix detaches the others' logits where a helper reads them",
-    "loss_built_from_a_registry_with_config_keywords_crash.py": "the cut is the binarisation the config asks for "
-                                                                "(`threshold`): the fix is in the config, not an edit",
 }
 
 

@@ -689,8 +689,9 @@ _MIRROR = {ast.Gt: ast.Lt, ast.GtE: ast.LtE, ast.Lt: ast.Gt, ast.LtE: ast.GtE}
 
 def _soft_compare(doc: _Doc, e: Edit):
     """A comparison used as a number (`(c).float()`, or `c` itself in arithmetic) becomes a
-    probability.  A threshold (`target` None): `p > t` becomes `p` when `name` is "prob" (a
-    sigmoid's output), the logit's `(z - t).sigmoid()` otherwise, `<` their complement.  An
+    probability.  A threshold (`target` None, `t` a literal or a name): `p > t` becomes `p`
+    when `name` is "prob" (a sigmoid's output), the logit's `(z - t).sigmoid()` otherwise,
+    `<` their complement.  An
     argmax (`target` is the argmax call, `name` the variable given its result, if any):
     `pred == y` becomes softmax(x)'s probability of class `y` (`!=`: one minus it)."""
     path = _path(doc, e.span, ast.expr)
@@ -706,8 +707,8 @@ def _soft_compare(doc: _Doc, e: Edit):
             left, right, op = right, left, _MIRROR.get(type(op), type(op))()
         greater, t = isinstance(op, (ast.Gt, ast.GtE)), _literal(right)
         p = doc.source(left) if isinstance(left, _ATOMS_AST) else f"({doc.source(left)})"
-        if t is None or not isinstance(op, tuple(_MIRROR)):
-            return None
+        if not isinstance(op, tuple(_MIRROR)) or t is None and not isinstance(right, (ast.Name, ast.Attribute)):
+            return None  # a threshold is a literal or a name (`x > threshold`)
         if e.name == "prob":
             new = p if greater else f"(1 - {p})"
         elif t == 0:

@@ -797,6 +797,8 @@ def soft_comparisons(facts: Facts, cut: ast.AST) -> list[Edit]:
     comparison used as a number (cast, or in arithmetic) is rewritten, never one that indexes."""
     if isinstance(cut, ast.Compare) and len(cut.ops) == 1 and isinstance(cut.ops[0], _ORDER):
         sides = [s for s in (cut.left, cut.comparators[0]) if not _number(s)]
+        if len(sides) == 2:  # `x > threshold`: the side that is a tensor
+            sides = [s for s in sides if id(s) in facts.values]
         if len(sides) != 1:
             return []
         kind = "prob" if _probability(facts, sides[0]) else "logit"
@@ -860,6 +862,8 @@ def _used_as_number(facts: Facts, compare: ast.Compare):
     parent = facts.parents.get(compare)
     if isinstance(parent, ast.Attribute):
         call = facts.parents.get(parent)
+        if isinstance(call, ast.Call) and call.func is parent and parent.attr == "type" and len(call.args) == 1:
+            return call  # `(c).type(x.dtype)`
         if isinstance(call, ast.Call) and call.func is parent and not call.args and not call.keywords:
             if parent.attr in _CASTS:
                 return call
