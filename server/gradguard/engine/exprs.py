@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ast
 import operator
+from dataclasses import replace
 
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const,
-    int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup,
+    Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -185,7 +186,7 @@ class Expressions:
         return join(self.eval(node.body, st), self.eval(node.orelse, st))
 
     def expr_Lambda(self, node, st):
-        return frozenset({Func(node)})
+        return frozenset({Func(node, closure=self.closure(node, st))})
 
     def expr_Await(self, node, st):
         return self.eval(node.value, st)
@@ -481,7 +482,7 @@ class Expressions:
                 elif a.kind == "staticmethod" or obj.kind == "class":
                     out = join(out, frozenset({a}))
                 else:
-                    out = join(out, frozenset({Func(a.node, bound=frozenset({obj}), kind=a.kind)}))
+                    out = join(out, frozenset({replace(a, owner=None, bound=frozenset({obj}))}))
             else:
                 out = join(out, frozenset({a}))
         return out

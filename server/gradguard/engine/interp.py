@@ -24,7 +24,7 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, Obj, Ref, Tup, const, item_key, join,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, item_key, join,
     map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
@@ -176,6 +176,8 @@ class Interpreter(Expressions, TorchSemantics):
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
         self.caller_unknown = False
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
+        self.inference_sites: list = []  # the inference_mode blocks being executed (see `stmt_With`)
+        self.once_bound: dict = {}  # function -> the names it binds once (see `closure`)
         self.grad_off_call = None  # the last plain `torch.set_grad_enabled(False)` call: where a graph was cut
         self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
         self.statement = None  # the statement being executed
@@ -222,6 +224,43 @@ class Interpreter(Expressions, TorchSemantics):
                     self_value = instances[owner]
             args = [self_value] if owner is not None else []
             self.call_function(Func(node), args, {}, st.copy(), node, root=True)
+
+    def closure(self, func, st: State) -> tuple:
+        """What a function defined in another reads of that one's locals, as they are when it is
+        defined (`fn` in a decorator's `wrapper`): the names it does not bind and the enclosing
+        function binds only once, so that their values cannot change before a call."""
+        fr = self.frame
+        if fr.is_module or fr.class_obj is not None or not st.env:
+            return ()
+        local = self.names_of(func)[0]
+        free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+        once = self.bound_once(fr.func)
+        return tuple((n, st.env[n]) for n in sorted(free) if n in st.env and n in once)
+
+    def bound_once(self, func) -> frozenset:
+        """The names a function binds exactly once and not in a loop: its parameters, and names
+        assigned, defined or imported once outside any loop (computed once per function)."""
+        cached = self.once_bound.get(func)
+        if cached is None:
+            counts: dict = {}
+            args = func.args
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if a:
+                    counts[a.arg] = counts.get(a.arg, 0) + 1
+            stack = [(s, False) for s in func.body]
+            while stack:
+                node, looped = stack.pop()
+                names = [node.id] if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) else \
+                    [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+                    [(a.asname or a.name).split(".")[0] for a in node.names] if isinstance(node, (ast.Import,
+                                                                                               ast.ImportFrom)) \
+                    else []
+                for n in names:
+                    counts[n] = counts.get(n, 0) + (2 if looped else 1)
+                inner = looped or isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.comprehension))
+                stack.extend((c, inner) for c in ast.iter_child_nodes(node))
+            cached = self.once_bound[func] = frozenset(n for n, c in counts.items() if c == 1)
+        return cached
 
     def names_of(self, func) -> tuple:
         """(local names, names declared global, is a generator) of a function, computed once."""
@@ -562,16 +601,21 @@ class Interpreter(Expressions, TorchSemantics):
         if any(_expects_error(item.context_expr) for item in s.items):
             return self.exec_expecting_error(s, st)
         saved_grad = st.grad
-        sites = len(self.no_grad_sites)
+        sites, inference = len(self.no_grad_sites), len(self.inference_sites)
         for item in s.items:
             ctx = self.eval(item.context_expr, st)
             mode = self.grad_mode_of(ctx)
             if mode == "keep" and _may_switch_grad(item.context_expr):
                 mode = None  # a library's own `no_grad()`: gradient recording is not known inside
+            site = s
+            if mode is False and all(isinstance(a, GradMode) and a.inference for a in ctx):
+                self.inference_sites.append(s)
+            elif mode is not False and mode != "keep" and self.inference_sites:
+                mode, site = False, self.inference_sites[-1]  # `enable_grad()` inside it records nothing either
             if mode != "keep":
                 st.grad = mode
                 if mode is False:
-                    self.no_grad_sites.append(s)
+                    self.no_grad_sites.append(site)
             if item.optional_vars is not None:
                 self.assign(item.optional_vars, self.enter_value(ctx), st, s)
         self.frame.with_grads.append(saved_grad)
@@ -579,6 +623,7 @@ class Interpreter(Expressions, TorchSemantics):
             out = self.exec_block(s.body, st)
         finally:
             del self.no_grad_sites[sites:]
+            del self.inference_sites[inference:]
             self.frame.with_grads.pop()
         if out is not None:
             out.grad = saved_grad
@@ -625,9 +670,12 @@ class Interpreter(Expressions, TorchSemantics):
     def stmt_FunctionDef(self, s, st):
         kind = "function"
         value = None
+        wrappers = []  # decorators written here, which may return a wrapper of the function
         for d in s.decorator_list:
             dv = self.definition(d, st)
             name = self.dotted(d)
+            if dv and all(isinstance(a, Func) for a in dv):
+                wrappers.append((d, dv))
             if name == "property":
                 kind = "property"
             elif name in ("functools.cached_property", "cached_property"):
@@ -641,7 +689,11 @@ class Interpreter(Expressions, TorchSemantics):
             elif (mode := self.grad_mode_of(dv)) != "keep" or _may_switch_grad(d):
                 self.grad_funcs[s] = None if mode == "keep" else mode
         if value is None:
-            value = frozenset({Func(s, kind=kind)})
+            value = frozenset({Func(s, kind=kind, closure=self.closure(s, st))})
+            for d, dv in reversed(wrappers) if kind == "function" else ():
+                wrapped = self.call_value(dv, [value], {}, st, d)  # `@evaluation_context`: its `wrapper`
+                if wrapped and all(isinstance(a, Func) for a in wrapped):
+                    value = wrapped
         if self.frame.module is not None:
             self.defined_in[s] = self.frame.module
         self.bind(s.name, value, st)
@@ -734,9 +786,11 @@ class Interpreter(Expressions, TorchSemantics):
         known to run `count` times, no more than the fixpoint would take, runs exactly that
         many concrete iterations (`for epoch in range(3)`).  A loop that runs no backward
         or step (itself or through the functions it calls) and changed no graph in place in
-        its first iteration, or whose first iteration made no must fact (no graph that surely requires grad, no backward, no object), goes straight
-        to the fixpoint: most loops of library code have nothing to learn from running one by
-        one; so does a loop nested in one that is widening."""
+        its first iteration, or whose first iteration made no must fact (no graph that surely
+        requires grad, no backward, no object), goes straight to the fixpoint: most loops of
+        library code have nothing to learn from running one by one; so does a loop nested in
+        one that is widening.  A loop known to run at least as often as it ran one by one
+        leaves after the last of those iterations: its must facts are that iteration's."""
         fr = self.frame
         fr.loops.append(s)
         fr.events.append(set())
@@ -847,6 +901,8 @@ class Interpreter(Expressions, TorchSemantics):
         grad = self.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)
+        for name, v in func.closure:
+            callee.env.setdefault(name, v)
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
         # marks them too, path by path (a backward on one branch of the callee is no must fact).
         stash = ("<env>", len(self.frames))

@@ -22,9 +22,9 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, Const, GradMode, Method, Num, Obj, Ref, Super, Tensor,
-    Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all,
-    literal_of, map_tensors, objs_of, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
+    Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr,
+    item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -792,7 +792,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             mode = False
             if dotted in K.INFERENCE_MODE_CONTEXTS and args and self.truth_of(args[0]) is False:
                 mode = True
-            return frozenset({GradMode(mode)})
+            return frozenset({GradMode(mode, inference=mode is False and dotted in K.INFERENCE_MODE_CONTEXTS)})
         if dotted in K.ENABLE_GRAD_CONTEXTS:
             return frozenset({GradMode(True)})
         if dotted in K.SET_GRAD_ENABLED:
@@ -978,6 +978,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         if name == "setattr" and len(args) == 3 and attr is not None:
             self.set_attribute(a0, attr, args[2], st, node)
             return NONE
+        if name == "setattr" and len(args) == 3:  # a name not known: any attribute may be the new value
+            if any(isinstance(a, Unknown) for a in a0):  # on an object not known (`model.get_submodule(...)`):
+                self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)  # any module may hold it now
+            for obj in objs_of(a0):
+                st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+                self.may_thaw([obj] if obj.kind == "module" else [], st)
+            return NONE
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})
         if name == "print":
@@ -992,17 +999,21 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return frozenset({obj})
         return UNKNOWN
 
+    def may_thaw(self, modules, st) -> None:
+        """What code not seen did to `modules` may have made their parameters trainable again:
+        frozen is no longer known of them or of their submodules."""
+        for m in modules if self.frozen_by else ():
+            for x in self.submodules(m, st):
+                if st.get_attr(x.id, "<rg>") == const(False):
+                    st.set_attr(x.id, "<rg>", UNKNOWN)
+
     def call_unknown(self, args, kwargs, st, node):
         """A call the engine cannot see into.  Its result carries the graphs of its tensor
         arguments (a custom loss keeps the model's graph), but not their freed/dirty flags:
         the callee may have detached them (an imported `repackage_hidden`), and a finding
         must not rest on code nobody can see.  Modules given to it may leave with their
         parameters trainable again (an imported `set_requires_grad(net, True)`)."""
-        for v in [*args, *kwargs.values()] if self.frozen_by else ():  # it may make them trainable again
-            for m in self.flat_objects(v, st):
-                for x in self.submodules(m, st):
-                    if st.get_attr(x.id, "<rg>") == const(False):
-                        st.set_attr(x.id, "<rg>", UNKNOWN)
+        self.may_thaw([m for v in [*args, *kwargs.values()] for m in self.flat_objects(v, st)], st)
         vals = [v for v in [*args, *kwargs.values()] if tensor_of(v) is not None]
         if not vals:
             return UNKNOWN

@@ -105,6 +105,7 @@ class Func:
     owner: Optional[Obj] = None  # class object the function was looked up on
     bound: Optional[frozenset] = None  # `self` value for bound methods
     kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property" | "cached_property"
+    closure: tuple = ()  # (name, value) of the enclosing function's locals it reads (a decorator's `fn`)
 
 
 @dataclass(frozen=True)
@@ -126,9 +127,11 @@ class Super:
 @dataclass(frozen=True)
 class GradMode:
     """A grad-mode context: `torch.no_grad()` (False), `torch.enable_grad()` (True), or one
-    that leaves the mode alone (`autocast`), `mode="keep"`."""
+    that leaves the mode alone (`autocast`), `mode="keep"`.  `inference`: `torch.inference_mode()`,
+    inside which not even `enable_grad()` records a graph."""
 
     mode: object
+    inference: bool = False
 
 
 @dataclass(frozen=True)

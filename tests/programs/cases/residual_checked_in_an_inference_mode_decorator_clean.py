@@ -1,0 +1,42 @@
+# expect: clean
+# shape: the twin of residual_checked_in_an_inference_mode_decorator_crash.py whose config turns inference mode off: under `torch.no_grad()`, `torch.enable_grad()` records the residual's graph again
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class TrainerConfig:
+    inference_mode: bool = False
+
+
+def gradient(outputs, inputs):
+    return torch.autograd.grad(outputs, inputs, grad_outputs=torch.ones_like(outputs), create_graph=True)[0]
+
+
+def evaluation_context(fn):
+    @functools.wraps(fn)
+    def wrapper(trainer, *args, **kwargs):
+        ctx = torch.inference_mode() if trainer.cfg.inference_mode else torch.no_grad()
+        with ctx:
+            return fn(trainer, *args, **kwargs)
+    return wrapper
+
+
+class Trainer:
+    def __init__(self, cfg, net):
+        self.cfg = cfg
+        self.net = net
+
+    @evaluation_context
+    def validate(self, points):
+        with torch.enable_grad():
+            xt = points.clone().requires_grad_(True)
+            u = self.net(xt)
+            return gradient(u, xt).pow(2).mean().item()
+
+
+trainer = Trainer(TrainerConfig(), nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1)))
+print(trainer.validate(torch.rand(32, 2)))
