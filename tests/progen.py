@@ -201,6 +201,12 @@ class Draw:
         if scope == "per_net":
             names = [f"opt_{net}" for net in nets]
             setup = [f"${name} = {self.optimizer(f'${net}.parameters()')}" for name, net in zip(names, nets)]
+            form = self.pick("opt_update", ["lines", "comprehension", "loop"])
+            group = "(" + ", ".join(f"${n}" for n in names) + ")"
+            if form == "comprehension":  # `[opt.step() for opt in (...)]`
+                return setup, [f"[opt.zero_grad() for opt in {group}]"], [f"[opt.step() for opt in {group}]"]
+            if form == "loop":
+                return setup, [f"for opt in {group}:", "    opt.zero_grad()"], [f"for opt in {group}:", "    opt.step()"]
         else:
             names = ["optimizer"]
             if scope == "all":
@@ -527,18 +533,70 @@ IMPORTS = ["import torch", "import torch.nn as nn", "import torch.nn.functional 
 
 def place(d, setup, body):
     """The whole script, with the training code at module level, in `def train()` or in
-    a Trainer class (set-up in __init__, training in fit)."""
+    a Trainer class (set-up in __init__, training in fit), in the styles of `production`."""
+    nets = [m.group(1) for line in setup if (m := re.match(r"\$(\w+) = (nn\.(?!LSTM|GRU|RNN)|Net\(|MLP\()", line))]
+    if nets and d.pick("hook", ["none", "monitor"]) == "monitor":  # activations kept, detached, for logging
+        setup = setup + ["$activations = {}", f"${nets[0]}.register_forward_hook("
+                         "lambda module, inputs, output: $activations.__setitem__('out', output.detach()))"]
     where = d.pick("where", ["module", "function", "method"])
+    deco = ["@logged"] if where != "module" and d.pick("wrapper", ["none", "logged"]) == "logged" else []
+    if deco:
+        d.helpers["logged"] = LOGGED
     if where == "method":
         code = ["class Trainer:", "    def __init__(self):", *indent(setup, 2), "",
-                "    def fit(self):", *indent(body, 2), "", "", 'if __name__ == "__main__":', "    Trainer().fit()"]
+                *indent(deco), "    def fit(self):", *indent(body, 2), "", "", 'if __name__ == "__main__":',
+                "    Trainer().fit()"]
     elif where == "function":
-        code = ["def train():", *indent(setup + [""] + body), "", "", 'if __name__ == "__main__":', "    train()"]
+        code = [*deco, "def train():", *indent(setup + [""] + body), "", "", 'if __name__ == "__main__":',
+                "    train()"]
     else:
         code = setup + [""] + body
     code = re.sub(r"\$(\w+)", r"self.\1" if where == "method" else r"\1", "\n".join(code))
+    code = production(d, code)
     parts = ["\n".join(IMPORTS) + "\n\ntorch.manual_seed(0)", *d.helpers.values(), code]
     return f"# motifs: {' '.join(d.motifs)}\n" + "\n\n\n".join(parts) + "\n"
+
+
+# Production style: the entry point wrapped by a decorator of the project, the loop counts
+# read from a config object (a dataclass, a namespace, argparse defaults or a dict), a forward
+# hook keeping activations for logging, and several optimizers updated by a comprehension or
+# a loop (drawn in `Draw.optimizers`).
+LOGGED = '''\
+import functools
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        return result
+    return wrapper'''
+
+
+def production(d, code):
+    """`code` with its loop counts (`range(3)`) read from a config object of a drawn style."""
+    counts = sorted(set(re.findall(r"range\((\d+)\)", code)))
+    style = d.pick("config", ["literal", "dataclass", "namespace", "argparse", "dict"])
+    if style == "literal" or not counts:
+        return code
+    fields = [(f"steps_{n}", n) for n in counts]
+    if style == "dict":
+        code = re.sub(r"range\((\d+)\)", r'range(CONFIG["steps_\1"])', code)
+        d.helpers["config"] = "CONFIG = {" + ", ".join(f'"{f}": {n}' for f, n in fields) + "}"
+        return code
+    code = re.sub(r"range\((\d+)\)", r"range(CONFIG.steps_\1)", code)
+    if style == "dataclass":
+        d.helpers["config"] = "\n".join(["from dataclasses import dataclass", "", "", "@dataclass", "class Config:",
+                                         *(f"    {f}: int = {n}" for f, n in fields), "", "", "CONFIG = Config()"])
+    elif style == "namespace":
+        d.helpers["config"] = "from types import SimpleNamespace\n\nCONFIG = SimpleNamespace(" \
+            + ", ".join(f"{f}={n}" for f, n in fields) + ")"
+    else:
+        d.helpers["config"] = "\n".join(
+            ["import argparse", "", "", "def parse_args(argv=None):", "    parser = argparse.ArgumentParser()",
+             *(f'    parser.add_argument("--{f.replace("_", "-")}", type=int, default={n})' for f, n in fields),
+             "    return parser.parse_args(argv)", "", "", "CONFIG = parse_args([])"])
+    return code
 
 
 def generate(seed: int, n: int) -> list[Program]:

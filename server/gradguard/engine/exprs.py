@@ -210,8 +210,17 @@ class Expressions:
             for cond in gen.ifs:
                 self.eval(cond, inner)
         vals = [self.eval(e, inner) for e in elt_nodes]
-        st.heap = inner.heap
+        self.leave_comprehension(node, st, inner)
         return vals
+
+    def leave_comprehension(self, node, st, inner):
+        """What a comprehension's elements did (`[opt.step() for opt in opts]` marking the
+        graphs that saved the weights stale) stays; its own variables do not."""
+        st.heap = inner.heap
+        own = {n.id for gen in node.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        for name, v in st.env.items():
+            if name not in own and inner.env.get(name, v) is not v:
+                st.env[name] = inner.env[name]
 
     def expr_ListComp(self, node, st):
         it = self.eval(node.generators[0].iter, st)
@@ -240,7 +249,7 @@ class Expressions:
             elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
             self.assign(gen.target, elem, inner, node, local=True)
             vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
-        st.heap = inner.heap
+        self.leave_comprehension(node, st, inner)
         return tuple(vals)
 
     expr_SetComp = expr_ListComp

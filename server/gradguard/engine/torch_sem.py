@@ -665,6 +665,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         if name in ("append", "add", "insert", "appendleft", "extend"):
             self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
             return NONE
+        if name == "__setitem__" and len(args) == 2:  # `d.__setitem__(k, v)`, a lambda's way to write `d[k] = v`
+            self.set_item(frozenset({obj}), args[0], args[1], st, node, node)
+            return NONE
         if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
             return self.dict_lookup(obj, name, args, st)
         if name in ("pop", "popleft", "remove") and obj.kind == "list":
