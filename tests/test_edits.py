@@ -508,3 +508,13 @@ def test_every_program_fix_parses_and_keeps_other_lines():
             for fix in finding.fixes:
                 problems += [f"{path.name} {finding.code}: {p}" for p in check_fix(source, fix)]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("before, text, after", [
+    ("sel = torch.from_numpy(out.cpu().data.numpy()[hard])\n", "torch.from_numpy(out.cpu().data.numpy()[hard])",
+     "sel = out[hard]\n"),
+    ("w = torch.from_numpy(x.detach().numpy()) * 2\n", "torch.from_numpy(x.detach().numpy())", "w = x * 2\n"),
+])
+def test_numpy_copy_becomes_the_tensor_itself(before, text, after):
+    src = "import torch\n" + before
+    assert fixed(src, Edit("unwrap_numpy", at(src, text))) == "import torch\n" + after

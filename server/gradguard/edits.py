@@ -795,6 +795,32 @@ def _unwrap_item(doc: _Doc, e: Edit):
                                         _region(doc, path))]
 
 
+def _unwrap_numpy(doc: _Doc, e: Edit):
+    """`torch.from_numpy(x.cpu().data.numpy()[idx])` becomes `x[idx]`: the tensor itself,
+    indexed, instead of a copy made through numpy (`.cpu()`, `.data`, `.detach()` dropped)."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not (isinstance(found[2], cst.Call) and len(found[2].args) == 1):
+        return None
+    path, module, call = found
+    arg, index = call.args[0].value, None
+    if isinstance(arg, cst.Subscript):
+        arg, index = arg.value, arg.slice
+    if not (isinstance(arg, cst.Call) and isinstance(arg.func, cst.Attribute) and arg.func.attr.value == "numpy"
+            and not arg.args):
+        return None
+    base = arg.func.value
+    while True:  # `.cpu()`, `.detach()`, `.data`: what made the copy for numpy
+        if isinstance(base, cst.Call) and isinstance(base.func, cst.Attribute) and not base.args \
+                and base.func.attr.value in ("cpu", "detach"):
+            base = base.func.value
+        elif isinstance(base, cst.Attribute) and base.attr.value == "data":
+            base = base.value
+        else:
+            break
+    new = _parenthesized(base) if index is None else cst.Subscript(value=_parenthesized(base), slice=index)
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
+
+
 def _stack(doc: _Doc, e: Edit):
     """`torch.tensor(xs)` becomes `torch.stack(xs)` (xs: a list of tensors now)."""
     found = _expression(doc, e.span, ast.Call)
@@ -1078,6 +1104,7 @@ _HANDLERS = {
     "remove_item": _without_call("item"),
     "stack": _stack,
     "unwrap_item": _unwrap_item,
+    "unwrap_numpy": _unwrap_numpy,
     "soft_argmax": _soft_argmax,
     "soft_compare": _soft_compare,
     "to_torch": _to_torch,

@@ -32,6 +32,7 @@ class Edit:
 
     - "detach": append `.detach()` to the expression at `span`;
     - "clone": append `.clone()` to the expression at `span`;
+    - "unwrap_numpy": `torch.from_numpy(x.cpu().data.numpy()[i])` at `span` becomes `x[i]`;
     - "detach_before" / "detach_after": insert `NAME = NAME.detach()` before / after the
       statement at `span`; "detach_if_before" only when NAME has a `detach` (it starts as
       `None` or `0`); "detach_tuple_before" / "detach_tuple_after" detach each tensor of a

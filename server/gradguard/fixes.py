@@ -468,7 +468,10 @@ def _carried_from_previous_iteration(facts, b, loop):
                          (edit(facts, "detach", value),)))
     for stmt in stored_on_attributes(facts, b.freed_hit)[:2]:
         fixes.append(Fix(f"Store `{facts.text(stmt.targets[0])}` detached", (edit(facts, "detach", stmt.value),)))
-    reentries = attribute_reentries(facts, b.freed_hit)
+    first: dict = {}  # per attribute, the reads its first assignment brings back
+    for reads in sorted(attribute_reentries(facts, b.freed_hit), key=lambda reads: position(reads[0])):
+        first.setdefault(facts.text(reads[0], 200), reads)
+    reentries = list(first.values())
     if reentries:  # every attribute that brings a previous graph back: a KV cache's keys and values
         names = list(dict.fromkeys(facts.text(reads[0]) for reads in reentries))
         fixes.append(Fix("Detach " + ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else "")
@@ -772,6 +775,10 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Keep the losses as tensors: `torch.stack` them instead of `{facts.text(wrap, 30)}` "
                              "of their `.item()`",
                              (edit(facts, "stack", wrap), *(edit(facts, "remove_item", i) for i in items))))
+    copies = numpy_copies(facts, b)
+    if copies:  # hard examples picked through numpy: index the tensors themselves
+        fixes.append(Fix("Keep the graph: index the tensors themselves, not copies made through numpy",
+                         tuple(edit(facts, "unwrap_numpy", c) for c in copies)))
     ported = numpy_round_trips(facts, b)
     if ported:
         names = [f"`{n.name}`" for n in ported if isinstance(n, ast.FunctionDef)] or [facts.line(ported[0])]
@@ -912,6 +919,23 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
         elif items and all(_reads_graph(facts, i) for i in items):  # torch.tensor([l1, w * l2]): copies, no graph
             out.append((call, []))
     return out
+
+
+def numpy_copies(facts: Facts, b: Backward) -> list:
+    """`torch.from_numpy(x....numpy()[idx])` calls in the backward's function and in the
+    functions it calls by name: copies of a tensor's values, without its graph."""
+    scope = _function_of(facts, b.node) or facts.tree
+    called = {_last_name(c.func) for c in facts.nodes(scope, ast.Call) if before(c, b.node)}
+    scopes = [scope, *(f for f in facts.nodes(None, ast.FunctionDef) if f.name in called)]
+    out = []
+    for s in scopes:
+        for c in facts.nodes(s, ast.Call):
+            arg = c.args[0] if len(c.args) == 1 and not c.keywords else None
+            arg = arg.value if isinstance(arg, ast.Subscript) else arg
+            if _last_name(c.func) == "from_numpy" and isinstance(arg, ast.Call) \
+                    and isinstance(arg.func, ast.Attribute) and arg.func.attr == "numpy" and c not in out:
+                out.append(c)
+    return sorted(out, key=position)
 
 
 def numpy_round_trips(facts: Facts, b: Backward) -> list:

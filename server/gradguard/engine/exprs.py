@@ -14,8 +14,9 @@ from dataclasses import replace
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super, Tensor, Tup,
-    Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super,
+    Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of,
+    tensor_of,
 )
 
 _NUM = Num()
@@ -346,6 +347,8 @@ class Expressions:
     def unpack(self, v, n, st, node):
         outs = [EMPTY] * n
         for a in v:
+            if a == NONE_ATOM and len(v) > 1:
+                continue  # unpacking None raises: the path goes on with the other alternatives
             if isinstance(a, Tup) and len(a.items) == n:
                 parts = list(a.items)
             elif isinstance(a, Tensor):
@@ -825,7 +828,17 @@ class Expressions:
                    for b in self.bases_of(cls, st))
 
     def narrow(self, test, st, polarity):
-        """Keep only the atoms of `x` that pass `isinstance(x, C)` (or fail it) in a branch."""
+        """Keep only the atoms of `x` that pass `isinstance(x, C)` or `x is None` (or fail it)
+        in a branch."""
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None:
+            v = self.lookup(test.left.id, st)
+            none = polarity == isinstance(test.ops[0], ast.Is)  # the branch where it is None
+            kept = frozenset(a for a in v if (a == NONE_ATOM) == none or isinstance(a, Unknown))
+            if kept and kept != v:
+                self.bind(test.left.id, kept, st)
+            return st
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
                 and len(test.args) == 2 and isinstance(test.args[0], ast.Name):
             name = test.args[0].id
