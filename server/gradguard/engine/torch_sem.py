@@ -63,6 +63,9 @@ def _tri_or(values) -> object:
     return None
 
 
+SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension
+
+
 class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
@@ -514,7 +517,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         if name == "is_leaf":
             return const(t.leaf) if t.leaf is not None else UNKNOWN
         if name in K.SIZES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
-            return self.make_sequence(frozenset({Num()}), st, node)
+            return self.make_sequence(SIZE, st, node)
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
             return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
@@ -572,7 +575,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
                 self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
             return NONE
         if name in K.SIZES:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
-            return self.make_sequence(frozenset({Num()}), st, node) if not args else frozenset({Num()})
+            return self.make_sequence(SIZE, st, node) if not args else SIZE
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
@@ -606,11 +609,39 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return self.hook_handle_method(a, name, st)
         if isinstance(a, Obj) and a.kind == "argparser":
             return self.parser_method(a, name, args, kwargs, st, node)
+        if isinstance(a, Obj) and a.kind == "class" and name == "apply" and self.is_autograd_function(a.id, st):
+            return self.custom_function(a.id, args, st, node)
         if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
             return self.super_method(a, name, args, kwargs, st, node)
         return self.unknown_method(name, args, kwargs, st, node)
+
+    def is_autograd_function(self, cls_id, st, depth=0) -> bool:
+        """Whether a class of the project subclasses `torch.autograd.Function`."""
+        for base in self.bases_of(cls_id, st):
+            if isinstance(base, Ref) and (base.dotted == "torch.autograd.Function"
+                                          or base.dotted.endswith(".autograd.Function")):
+                return True
+            if isinstance(base, Obj) and base.kind == "class" and depth < 4 \
+                    and self.is_autograd_function(base.id, st, depth + 1):
+                return True
+        return False
+
+    def custom_function(self, cls_id, args, st, node):
+        """`Spike.apply(x, slope)` of a custom `torch.autograd.Function`: one op on its tensor
+        arguments, whose result requires grad when one of them does and carries their graphs;
+        it saves them when its `forward` calls `ctx.save_for_backward` (what backward does
+        with them is its own code)."""
+        tensors = [v for v in args if tensor_of(v) is not None]
+        if not tensors or any(tensor_of(v) is None and not isinstance(next(iter(v), None), (Const, Num))
+                              for v in args):
+            return self.call_unknown(args, {}, st, node)
+        cls = self.class_nodes.get(cls_id)
+        saves = cls is not None and any(isinstance(n, ast.Attribute) and n.attr == "save_for_backward"
+                                        for n in ast.walk(cls))
+        whole = self.all_of(tensors)
+        return self.apply_op("mul" if saves else "add", node, [whole, whole], {}, st)
 
     def unknown_method(self, name, args, kwargs, st, node):
         """A method of something the engine does not model: `accelerator.backward(loss)` and
@@ -915,13 +946,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         a0 = args[0] if args else UNKNOWN
         if name == "len" and (size := self.known_len(a0, st)) is not None:
             return const(size)
+        if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
+            return SIZE  # `len(x)` of a tensor: its first dimension
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
             ints = [int_of(a) for a in args[:3]] or [None]
             start, stop, step = (0, ints[0], 1) if len(ints) == 1 else (ints + [1])[:3]
             count = len(range(start, stop, step)) if None not in (start, stop, step) and step else None
-            seq = self.make_sequence(frozenset({Num()}), st, node, nonempty=bool(count) or None)
+            sized = len(args) == 1 and args[0] == SIZE  # `range(x.shape[0])` runs, as `for t in x:` does
+            seq = self.make_sequence(frozenset({Num()}), st, node, nonempty=bool(count) or sized or None)
             if start is not None and step:
                 st.set_attr(objs_of(seq)[0].id, "<counter>", const(("range", start, step)))
             if count is not None:

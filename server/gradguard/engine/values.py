@@ -75,7 +75,11 @@ class Const:
 
 @dataclass(frozen=True)
 class Num:
-    """Some Python number (kind matters for picking op overloads)."""
+    """Some Python number (kind matters for picking op overloads).  `size`: a tensor's size
+    along a dimension (`x.shape[0]`, `len(x)`), taken to be at least 1, as a loop over a
+    tensor is taken to run: `for t in range(x.shape[0]):` runs."""
+
+    size: bool = False
 
 
 @dataclass(frozen=True)
