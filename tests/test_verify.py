@@ -103,8 +103,6 @@ NO_FIX = {
     "requires_grad_from_shape_false.py": "not found (tensor shapes are not tracked), so nothing to fix",
     "reinforce_log_probs_kept_across_episodes.py": "the list must be emptied once per episode: where is not one edit",
     "distribution_sample_has_no_grad.py": "sample() draws without a graph: whether rsample() is meant is the user's choice",
-    "peer_logits_dict_mimicry_backward_per_peer.py": "retain_graph=True would meet the peers' optimizer steps (GG002); "
-                                                     "the fix detaches the others' logits where a helper reads them",
 }
 
 

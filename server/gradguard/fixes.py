@@ -401,12 +401,16 @@ def _rebuilt(facts, b, loop, outside) -> list:
     move = Fix(f"Recompute `{what}` in every iteration",
                tuple(edit(facts, "move_into_loop", s, target=loop.body[0]) for s in stmts)) \
         if all(_movable(facts, s, loop) for s in stmts) else None
-    return [move, no_grad] if trained or no_grad is None else [no_grad, move]
+    called = all(isinstance(s, ast.Expr) for s in stmts)  # a call run for its effect (a warm-up, a cache fill)
+    return [move, no_grad] if trained and not called or no_grad is None else [no_grad, move]
 
 
 def _movable(facts: Facts, stmt: ast.stmt, loop: ast.AST) -> bool:
     """Whether `stmt` can move to the top of `loop`'s body: nothing between them reads what
-    it assigns (`losses = [...]` before `for loss in losses:` cannot move into that loop)."""
+    it assigns (`losses = [...]` before `for loss in losses:` cannot move into that loop).  A
+    call statement (`self._forward_all(x)`, filling the object's state) assigns no name."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        return True
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return False
     names = {n.id for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])

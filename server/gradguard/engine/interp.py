@@ -734,12 +734,16 @@ class Interpreter(Expressions, TorchSemantics):
         it = iterable(st)
         items = self.exact_items(it, st)
         if items is not None and len(items) <= 16 and not _has_jumps(s.body):
-            for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
-                st = st.copy()
-                self.assign(s.target, self.item_now(iterable(st), i, st), st, s)
-                st = self.exec_block(s.body, st)
-                if st is None:
-                    return None
+            self.frame.loops.append(s)  # still a loop for what is made in it (a fix's "in every iteration")
+            try:
+                for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
+                    st = st.copy()
+                    self.assign(s.target, self.item_now(iterable(st), i, st), st, s)
+                    st = self.exec_block(s.body, st)
+                    if st is None:
+                        return None
+            finally:
+                self.frame.loops.pop()
             return self.exec_block(s.orelse, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
         if count == 0:
