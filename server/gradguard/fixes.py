@@ -361,6 +361,8 @@ def _two_losses(facts, b, firsts):
         if here:
             fixes.append(Fix("Detach " + ", ".join(f"`{facts.text(c)}`" for c in here) + " in this loss",
                              tuple(edit(facts, "detach", c) for c in here)))
+        else:  # or the function of this loss takes it detached (`mdn_step(z, ...)` given the VAE's `z`)
+            fixes += _received_detached(facts, b, shared)
     if stepped:  # keep the graph, and change the weights it saved only once both backwards ran
         here = statement_of(facts, b.node)
         moves = tuple(edit(facts, "move_after", statement_of(facts, s.node), target=here) for s in stepped)
@@ -368,6 +370,26 @@ def _two_losses(facts, b, firsts):
                          + ", ".join(f"`{facts.text(s.node)}`" for s in stepped) + " after this backward",
                          (retain, *moves)))
     return ranked(fixes)
+
+
+def _received_detached(facts: Facts, b: Backward, shared: frozenset) -> list:
+    """The parameters of the backward's function that bring in the shared part of the graph
+    (`z`, computed by the step that already ran its backward), detached on entry (the
+    re-analysis drops the fix if the loss then has no graph left)."""
+    function = _function_of(facts, b.node)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    sites = _sites(shared)
+    names = []
+    for a in function.args.args:
+        reads = [facts.values.get(id(n)) for n in _reads_of(facts, a.arg, function)]
+        if reads and all(t is not None and _sites(t.regions) & sites for t in reads):
+            names.append(a.arg)
+    body = function.body
+    first = body[1] if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+        else body[0]  # after a docstring
+    return [Fix("Detach " + ", ".join(f"`{n}`" for n in names) + f" where `{function.name}` receives it",
+                tuple(edit(facts, "detach_before", first, n) for n in names))] if names else []
 
 
 def _built_before_loop(facts, b, loop, outside):
