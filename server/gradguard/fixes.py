@@ -541,10 +541,14 @@ def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
     for rid in sorted(regions):
         region = facts.regions[rid]
         method = _function_of(facts, region.node)
-        call = _call_in(facts, _call_chain(rid), function)
-        if call is None or method is None or not method.args.args or method.args.args[0].arg != "self":
-            continue
-        owner = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+        chain = _call_chain(rid)
+        call = _call_in(facts, chain, function)
+        if call is None or method is None or not method.args.args or method.args.args[0].arg != "self" \
+                or chain[-1] != id(call):
+            continue  # the loop's code calls the method itself, not something that calls it
+        # `model.step(x)`: the object is `model`; `self.model(x)`: the module called is `self.model`
+        named = isinstance(call.func, ast.Attribute) and call.func.attr == method.name
+        owner = call.func.value if named else call.func
         if not isinstance(owner, (ast.Name, ast.Attribute)):
             continue
         own = statement_of(facts, region.node)
