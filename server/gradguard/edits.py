@@ -919,7 +919,7 @@ def _out_of_place(doc: _Doc, e: Edit):
     call, stmt = path[-1], path[-2]
     name = getattr(call.func, "attr", "")
     if not (isinstance(call.func, ast.Attribute) and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-            and name.endswith("_") and not name.startswith("__") and name not in K.NO_OUT_OF_PLACE):
+            and K.has_out_of_place(name)):
         return None
     if not (isinstance(stmt, ast.Expr) and stmt.value is call and doc.span(stmt) == doc.span(call)):
         # inside an expression (`code = h.sigmoid_()`): the planner found no one else sees the tensor
@@ -939,19 +939,14 @@ def _out_of_place(doc: _Doc, e: Edit):
 
 
 def _is_inplace_method(node) -> bool:
-    name = getattr(node.func, "attr", "") if isinstance(node, ast.Call) else ""
-    return name.endswith("_") and not name.startswith("__") and name not in K.NO_OUT_OF_PLACE
+    return isinstance(node, ast.Call) and K.has_out_of_place(getattr(node.func, "attr", ""))
 
 
 def _inplace_chain(doc: _Doc, path: list):
     """`state.mul_(0.9).add_(h)`, a statement of in-place methods on a name or attribute (the
-    span is any call of the chain): `state = state.mul(0.9).add(h)`.  None for anything else."""
-    k = len(path) - 1
-    while k >= 2 and isinstance(path[k - 1], ast.Attribute) and path[k - 1].value is path[k] \
-            and path[k - 2].func is path[k - 1] and _is_inplace_method(path[k - 2]):
-        k -= 2
-    outer, stmt = path[k], path[k - 1]
-    receiver = outer.func.value if isinstance(outer, ast.Call) and isinstance(outer.func, ast.Attribute) else None
+    span is its last call): `state = state.mul(0.9).add(h)`.  None for anything else."""
+    outer, stmt = path[-1], path[-2]
+    receiver = outer.func.value if isinstance(outer.func, ast.Attribute) else None
     if not (isinstance(receiver, ast.Call) and _is_inplace_method(outer) and isinstance(stmt, ast.Expr)):
         return None
     calls = [outer]
@@ -972,7 +967,7 @@ def _inplace_chain(doc: _Doc, path: list):
     for _ in calls:
         root = root.func.value
     new = cst.Assign(targets=[cst.AssignTarget(root.with_changes(lpar=[], rpar=[]))], value=out_of_place(node))
-    return [(Replacement(Span(*sp), module.code_for_node(new)), _region(doc, path[:k + 1]))]
+    return [(Replacement(Span(*sp), module.code_for_node(new)), _region(doc, path))]
 
 
 def _out_of_place_aug(doc: _Doc, sp: Span, path: list):

@@ -589,12 +589,13 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
             fixes.append(_accumulated(facts, b, steps[0]))
     for n in first if not steps else ():
         stmt = statement_of(facts, n)
+        top = _chain_top(facts, n) if isinstance(n, ast.Call) else n  # a whole chain is rewritten from its last call
         if isinstance(n, ast.AugAssign) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                                               and n.func.attr.endswith("_")
-                                               and n.func.attr not in K.NO_OUT_OF_PLACE
-                                               and (_whole_statement(facts, _chain_top(facts, n))
-                                                    or _unobserved(facts, n))):
-            fixes.append(Fix("Use the out-of-place operation", (edit(facts, "out_of_place", n),), applicability="safe"))
+                                               and K.has_out_of_place(n.func.attr)
+                                               and (_whole_statement(facts, top) or _unobserved(facts, n))):
+            fixes.append(Fix("Use the out-of-place operation",
+                             (edit(facts, "out_of_place", top if _whole_statement(facts, top) else n),),
+                             applicability="safe"))
         elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)  # `x[i] = v`, `sim.fill_diagonal_(0)`
               or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
               and n.func.attr.endswith("_")) and _computed_here(facts, n.value if isinstance(n, ast.Subscript)
@@ -705,7 +706,7 @@ def _chain_top(facts: Facts, call: ast.Call) -> ast.Call:
         attr = facts.parents.get(call)
         outer = facts.parents.get(attr)
         if not (isinstance(attr, ast.Attribute) and isinstance(outer, ast.Call) and outer.func is attr
-                and attr.attr.endswith("_") and attr.attr not in K.NO_OUT_OF_PLACE):
+                and K.has_out_of_place(attr.attr)):
             return call
         call = outer
 
@@ -951,11 +952,16 @@ def rewrapped_items(facts: Facts, b: Backward) -> list:
     return out
 
 
+def _called_before(facts: Facts, b: Backward) -> tuple:
+    """(the backward's function, or the module; the names of what it calls before the backward)."""
+    scope = _function_of(facts, b.node) or facts.tree
+    return scope, {_last_name(c.func) for c in facts.nodes(scope, ast.Call) if before(c, b.node)}
+
+
 def numpy_copies(facts: Facts, b: Backward) -> list:
     """`torch.from_numpy(x....numpy()[idx])` calls in the backward's function and in the
     functions it calls by name: copies of a tensor's values, without its graph."""
-    scope = _function_of(facts, b.node) or facts.tree
-    called = {_last_name(c.func) for c in facts.nodes(scope, ast.Call) if before(c, b.node)}
+    scope, called = _called_before(facts, b)
     scopes = [scope, *(f for f in facts.nodes(None, ast.FunctionDef) if f.name in called)]
     out = []
     for s in scopes:
@@ -974,8 +980,7 @@ def numpy_round_trips(facts: Facts, b: Backward) -> list:
     its result back (`torch.tensor(...)`); or, when the round trip spans the caller (`p =
     out.detach().numpy()`, `loss = torch.tensor(f(p, y.numpy()))`), the caller's statements
     on the loss's path and the numpy functions they call."""
-    scope = _function_of(facts, b.node) or facts.tree
-    called = {_last_name(c.func) for c in facts.nodes(scope, ast.Call) if before(c, b.node)}
+    scope, called = _called_before(facts, b)
     functions = {f.name: f for f in facts.nodes(None, ast.FunctionDef)}
     whole = [f for name, f in functions.items() if name in called and _to_numpy(facts, f) and _from_numpy(facts, f)]
     if whole:
@@ -1088,8 +1093,7 @@ def leaf_inplace(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
     parent = facts.parents.get(node)
     returned = isinstance(parent, ast.Lambda) and parent.body is node or isinstance(parent, ast.Return)
     if returned and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr.endswith("_") and not node.func.attr.startswith("_") \
-            and node.func.attr not in K.NO_OUT_OF_PLACE:
+            and K.has_out_of_place(node.func.attr) and not node.func.attr.startswith("_"):
         return ranked([Fix("Return the out-of-place result", (edit(facts, "out_of_place", node),)),
                        *wrap_no_grad(facts, node)])
     return wrap_no_grad(facts, node)

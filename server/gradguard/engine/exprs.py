@@ -312,10 +312,15 @@ class Expressions:
         for obj in base:
             if isinstance(obj, Obj) and obj.kind in ("list", "dict"):
                 st.set_attr(obj.id, "<elems>", v, strong=False)
-                st.set_attr(obj.id, "<items>", UNKNOWN)
-                st.set_attr(obj.id, HELD, HELD_NOTHING)
+                self.forget_items(obj, st)
                 if obj.kind == "dict":
                     self.set_dict_item(obj, item_key(index), v, st)
+
+    def forget_items(self, obj: Obj, st) -> None:
+        """A container whose items changed one by one (`xs[i] = v`, `del xs[i]`, `xs.pop()`):
+        they are no longer known one by one, nor which tensors it surely holds."""
+        st.set_attr(obj.id, "<items>", UNKNOWN)
+        st.set_attr(obj.id, HELD, HELD_NOTHING)
 
     def set_dict_item(self, obj: Obj, key, v, st):
         """`d[key] = v`.  Under a key not known, any item may be the one replaced: each known
@@ -661,16 +666,21 @@ class Expressions:
             self.call_value(self.bind_class_member(init, obj, st, node), args, dict(kwargs), st, node)
         return frozenset({obj})
 
-    def is_module_class(self, cls_id, st, seen=None) -> bool:
+    def is_module_class(self, cls_id, st) -> bool:
+        return self.derives_from(cls_id, st, lambda dotted: dotted.startswith("torch.nn")
+                                 or dotted.split(".")[-1] in ("Module", "LightningModule"))
+
+    def derives_from(self, cls_id, st, library, seen=None) -> bool:
+        """Whether a class of the project has, among its bases or theirs, a library class whose
+        dotted name passes `library` (`torch.nn.Module`, `torch.autograd.Function`)."""
         seen = seen or set()
         if cls_id in seen:
             return False
         seen.add(cls_id)
         for base in self.bases_of(cls_id, st):
-            if isinstance(base, Ref) and base.dotted.startswith("torch.nn") or \
-                    isinstance(base, Ref) and base.dotted.split(".")[-1] in ("Module", "LightningModule"):
+            if isinstance(base, Ref) and library(base.dotted):
                 return True
-            if isinstance(base, Obj) and base.kind == "class" and self.is_module_class(base.id, st, seen):
+            if isinstance(base, Obj) and base.kind == "class" and self.derives_from(base.id, st, library, seen):
                 return True
         return False
 

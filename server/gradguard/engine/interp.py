@@ -540,8 +540,7 @@ class Interpreter(Expressions, TorchSemantics):
             elif isinstance(t, ast.Subscript):  # `del d[k]`, `del lst[i]`: fewer keys, other items
                 base, key = self.eval(t.value, st), item_key(self.eval(t.slice, st))
                 for obj in objs_of(base, "list"):
-                    st.set_attr(obj.id, "<items>", UNKNOWN)
-                    st.set_attr(obj.id, HELD, HELD_NOTHING)
+                    self.forget_items(obj, st)
                 for obj in objs_of(base, "dict"):
                     keys = self.keyset(obj, st)
                     known = keys is not None and key is not None and len(base) == 1

@@ -609,24 +609,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return self.hook_handle_method(a, name, st)
         if isinstance(a, Obj) and a.kind == "argparser":
             return self.parser_method(a, name, args, kwargs, st, node)
-        if isinstance(a, Obj) and a.kind == "class" and name == "apply" and self.is_autograd_function(a.id, st):
+        if isinstance(a, Obj) and a.kind == "class" and name == "apply" \
+                and self.derives_from(a.id, st, lambda dotted: dotted.endswith(".autograd.Function")):
             return self.custom_function(a.id, args, st, node)
         if isinstance(a, Obj) and a.kind in ("list", "dict", "generator"):
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
             return self.super_method(a, name, args, kwargs, st, node)
         return self.unknown_method(name, args, kwargs, st, node)
-
-    def is_autograd_function(self, cls_id, st, depth=0) -> bool:
-        """Whether a class of the project subclasses `torch.autograd.Function`."""
-        for base in self.bases_of(cls_id, st):
-            if isinstance(base, Ref) and (base.dotted == "torch.autograd.Function"
-                                          or base.dotted.endswith(".autograd.Function")):
-                return True
-            if isinstance(base, Obj) and base.kind == "class" and depth < 4 \
-                    and self.is_autograd_function(base.id, st, depth + 1):
-                return True
-        return False
 
     def custom_function(self, cls_id, args, st, node):
         """`Spike.apply(x, slope)` of a custom `torch.autograd.Function`: one op on its tensor
@@ -702,8 +692,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
             return self.dict_lookup(obj, name, args, st)
         if name in ("pop", "popleft", "remove") and obj.kind == "list":
-            st.set_attr(obj.id, "<items>", UNKNOWN)  # one item fewer
-            st.set_attr(obj.id, HELD, HELD_NOTHING)
+            self.forget_items(obj, st)  # one item fewer
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
             return st.get_attr(obj.id, "<elems>") or UNKNOWN
         if name in ("values", "copy"):

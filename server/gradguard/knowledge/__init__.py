@@ -298,6 +298,12 @@ def is_tensor_attribute(name: str) -> bool:
     return name in _load()["tensor_attributes"]
 
 
+def has_out_of_place(name: str) -> bool:
+    """Whether the method `name` is an in-place op with an out-of-place twin (`add_`: `add`):
+    a trailing underscore, not a dunder, and not one of ``NO_OUT_OF_PLACE``."""
+    return name.endswith("_") and not name.startswith("__") and name not in __getattr__("NO_OUT_OF_PLACE")
+
+
 def is_known(name: str) -> bool:
     """Whether the data knows `name` (bare, dotted, dunder, or alias)."""
     ns, bare, _ = _split_name(name)
