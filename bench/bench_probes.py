@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from corpus_support import expectation  # noqa: E402
+from gradguard.explain import classify  # noqa: E402
 from gradguard.api import check_file  # noqa: E402
 from gradguard.config import Config  # noqa: E402
 from gradguard.rules import ALL_RULES  # noqa: E402
@@ -33,9 +34,12 @@ PREDICTS = {rule.code: rule.predicts for rule in ALL_RULES}
 
 
 def run(path: Path) -> dict:
-    """The oracle's outcome of running one program under torch."""
-    return json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
-                                     text=True).stdout or "{}")
+    """The oracle's outcome of running one program under torch, its kind read from the message
+    for the kinds the shared oracle does not know (`numpy_requires_grad`, ...)."""
+    ran = json.loads(subprocess.run([sys.executable, str(ORACLE), "--run", str(path)], capture_output=True,
+                                    text=True).stdout or "{}")
+    kind = classify(ran.get("message") or "") if ran.get("kind") == "other_error" else None
+    return dict(ran, kind=kind) if kind else ran
 
 
 def runs_after_fix(path: Path) -> bool:

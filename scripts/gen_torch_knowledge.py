@@ -53,6 +53,8 @@ its value in the file's "defaults" object is left out - the loader fills it back
     the gradient(s) whose formula uses it when ``guard_for`` emits a guard, else
     whenever the node is created; saved outputs always.  For in-place ops a saved
     ``self`` is omitted: the codegen saves a private clone (``original_self``).
+``fields``
+    the names of a named tuple's outputs (``values``, ``indices`` of ``max.dim``).
 ``differentiable``, ``diff_out``
     whether the output gets a grad_fn when an input requires grad (default true);
     indices of the differentiable outputs when not all tensor outputs are.
@@ -579,6 +581,8 @@ def native_entry(fn):
         "variants": ("f" if any(v.name == "function" for v in f.variants) else "")
                     + ("m" if any(v.name == "method" for v in f.variants) else ""),
     }
+    if len(schema.returns) > 1 and all(r.name for r in schema.returns):
+        entry["fields"] = [r.name for r in schema.returns]  # a named tuple: `x.max(1).values`
     if f.python_module:
         entry["module"] = f.python_module
     if str(schema) in SKIP_PYTHON_BINDINGS_SIGNATURES:

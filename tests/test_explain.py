@@ -253,7 +253,28 @@ def test_an_error_no_rule_predicts(train):
     found = explain(traceback_of(train, message=message), cwd=train.parent)
     assert found.kind is None and found.rule is None and found.raised.line == 5
     assert found.notes == ["This is not one of the autograd errors GradGuard predicts "
-                           "(freed_graph, inplace_version, leaf_inplace, no_grad_fn)."]
+                           f"({', '.join(PREDICTS)})."]
+
+
+REFUSED = [  # (program, raising line, torch 2.13's message, the rule, the line the value was computed on)
+    ("import torch\nx = torch.randn(3, requires_grad=True)\ny = x * 2\nprint(y.numpy())\n", 4,
+     "RuntimeError: Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.", "GG005", 3),
+    ("import torch\nw = torch.randn(3, requires_grad=True) * 0.01\nopt = torch.optim.SGD([w], lr=0.1)\n", 3,
+     "ValueError: can't optimize a non-leaf Tensor", "GG007", 2),
+    ("import torch\nx = torch.randn(3, requires_grad=True)\ny = x * 2\ny.requires_grad = False\n", 4,
+     "RuntimeError: you can only change requires_grad flags of leaf variables. If you want to use a computed "
+     "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().", "GG008", 3),
+]
+
+
+@pytest.mark.parametrize("source,line,message,code,origin", REFUSED, ids=[r[3] for r in REFUSED])
+def test_an_op_that_refuses_its_tensor_is_explained(train, source, line, message, code, origin):
+    train.write_text(source, encoding="utf-8")
+    statement = source.splitlines()[line - 1]
+    found = explain(traceback_of(train, line=line, source=statement, message=message), cwd=train.parent)
+    assert found.finding.code == code == found.rule.code
+    assert [(s.role, s.line) for s in found.sites] == [("origin", origin)]
+    assert found.raised.line == line and f"More: gradguard rule {code}" in found.text()
 
 
 def test_a_message_alone_gets_the_general_explanation():

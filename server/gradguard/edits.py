@@ -608,6 +608,17 @@ def _method(name: str):
     return handler
 
 
+def _new_leaf(doc: _Doc, e: Edit):
+    """`X` -> `X.detach().requires_grad_()` (X parenthesized if it needs it)."""
+    found = _expression(doc, e.span)
+    if found is None:
+        return None
+    _, module, expr = found
+    detached = cst.Call(func=cst.Attribute(value=_parenthesized(expr), attr=cst.Name("detach")))
+    new = cst.Call(func=cst.Attribute(value=detached, attr=cst.Name("requires_grad_")))
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
+
+
 def _without_call(method: str, attribute: str | None = None):
     """`X.method()` (or `X.attribute`) becomes `X`, with X's own parentheses, so
     `(a + b).detach() * c` stays `(a + b) * c`."""
@@ -1096,6 +1107,7 @@ _HANDLERS = {
     "move_into_loop": _move,
     "move_after": _move,
     "remove_detach": _without_call("detach", attribute="data"),
+    "new_leaf": _new_leaf,
     "remove_item": _without_call("item"),
     "stack": _stack,
     "unwrap_item": _unwrap_item,

@@ -31,6 +31,9 @@ KIND_MARKERS = {
     "inplace_version": ("modified by an inplace operation",),
     "leaf_inplace": ("leaf Variable that requires grad is being used in an in-place operation",),
     "no_grad_fn": ("does not require grad and does not have a grad_fn",),
+    "numpy_requires_grad": ("Can't call numpy() on Tensor that requires grad",),
+    "nonleaf_optimizer": ("can't optimize a non-leaf Tensor",),
+    "requires_grad_nonleaf": ("you can only change requires_grad flags of leaf variables",),
 }
 # What the two cause sites are called for each kind: (where the value came from, where it went wrong).
 ROLE_LABELS = {
@@ -38,6 +41,9 @@ ROLE_LABELS = {
     "inplace_version": ("tensor saved", "modified in place"),
     "leaf_inplace": ("leaf", "modified in place"),
     "no_grad_fn": ("graph made", "graph cut"),
+    "numpy_requires_grad": ("graph made", "converted"),
+    "nonleaf_optimizer": ("computed", "given to the optimizer"),
+    "requires_grad_nonleaf": ("computed", "flag changed"),
 }
 # A related location whose message says this is where the graph was freed, changed or cut;
 # the others (`... is computed here, with a graph`, `... saved it here`) are where it came from.

@@ -111,6 +111,21 @@ class LoopSteps:
 
 
 @dataclass
+class Raise:
+    """An op that surely raises where it runs, for a reason the value in hand shows: `.numpy()`
+    on a tensor that requires grad, a non-leaf given to an optimizer, `requires_grad` changed
+    on a non-leaf.  `kind` is the `predicts` of the rule that reports it; `origin`, the nodes
+    that gave the value the property that makes the op raise (where it became a non-leaf)."""
+
+    kind: str
+    node: ast.AST
+    target: ast.AST | None  # the offending expression (the receiver, the tensor in the list)
+    origin: tuple = ()
+    function: ast.AST | None = None
+    entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
+
+
+@dataclass
 class Facts:
     source: str
     tree: ast.Module
@@ -125,6 +140,7 @@ class Facts:
     consumed_regions: set = field(default_factory=set)  # sites (region ids less the instance) some backward reached
     backward_loops: set = field(default_factory=set)  # keys of loops whose body ran a backward
     steps: dict = field(default_factory=dict)  # key -> Step
+    raises: dict = field(default_factory=dict)  # key -> Raise
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
     inplace_flags: dict = field(default_factory=dict)  # in-place call -> (call with inplace=True, flag position)
     values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover

@@ -1165,3 +1165,64 @@ def accumulate_item(facts: Facts, node: ast.AugAssign) -> tuple[Fix, ...]:
 def zero_grad(facts: Facts, loop: ast.AST, optimizer: str) -> tuple[Fix, ...]:
     return ranked([Fix(f"Call `{optimizer}.zero_grad()` at the start of each iteration",
                        (edit(facts, "zero_grad", loop.body[0], optimizer),))])
+
+
+# ----------------------------------------------------------------- ops that refuse the tensor given
+def numpy_detach(facts: Facts, r) -> tuple[Fix, ...]:
+    """`t.numpy()` -> `t.detach().numpy()`; `np.asarray(t)` -> `np.asarray(t.detach())`; a list
+    given to numpy (`np.array([a, b])`, `np.sum([x * y for ...])`) has each element detached."""
+    if r.target is not None:
+        return ranked([Fix(f"Detach `{facts.text(r.target)}` before converting it to numpy",
+                           (edit(facts, "detach", r.target),), applicability="safe")])
+    given = r.node.args[0] if isinstance(r.node, ast.Call) and r.node.args else None
+    if isinstance(given, (ast.ListComp, ast.GeneratorExp)):
+        elements = [given.elt]
+    elif isinstance(given, (ast.List, ast.Tuple)):
+        elements = [e for e in given.elts if not isinstance(e, (ast.Constant, ast.Starred))]
+    else:
+        return ()
+    return ranked([Fix("Detach the tensors before converting them to numpy",
+                       tuple(edit(facts, "detach", e) for e in elements), applicability="safe")])
+
+
+def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
+    """The assignment that computed the tensor given to the optimizer makes it a leaf of its
+    own (`w = (torch.randn(n, requires_grad=True) * 0.01).detach().requires_grad_()`), so
+    the name the model reads and the optimizer holds is one leaf.  Only where the optimizer
+    is given that very name: elsewhere the model would read another tensor than the one
+    optimized."""
+    if r.target is None or not r.origin:
+        return ()
+    stmt = statement_of(facts, r.origin[0])
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 \
+            or facts.text(stmt.targets[0], 200) != facts.text(r.target, 200):
+        return ()
+    return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed",
+                       (edit(facts, "new_leaf", stmt.value),))])
+
+
+def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
+    """`y = y.detach()` before the statement that changes the flag: the copy is a leaf.  Setting
+    it to True becomes `y.requires_grad_()`, which a non-leaf that requires grad accepts."""
+    if not isinstance(r.target, (ast.Name, ast.Attribute)):
+        return ()
+    stmt = statement_of(facts, r.node)
+    name = facts.text(r.target, 200)
+    off = _turns_grad_off(stmt)
+    # `y.requires_grad = True` asks for what a tensor computed with a graph already has, and
+    # `requires_grad_()` gives it to a leaf and leaves a non-leaf alone: right on either path
+    on = isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is True
+    return ranked([Fix(f"Use `{name}.requires_grad_()`, which accepts a tensor that already requires grad",
+                       (edit(facts, "replace", stmt, f"{name}.requires_grad_()"),), applicability="safe")
+                   if on else None,
+                   Fix(f"Detach `{name}` before changing its flag", (edit(facts, "detach_before", stmt, name),),
+                       applicability="safe" if off else "unsafe")])
+
+
+def _turns_grad_off(stmt: ast.stmt) -> bool:
+    """`y.requires_grad = False` or `y.requires_grad_(False)`: the statement wants no gradient."""
+    if isinstance(stmt, ast.Assign):
+        return isinstance(stmt.value, ast.Constant) and stmt.value.value is False
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return isinstance(call, ast.Call) and any(isinstance(a, ast.Constant) and a.value is False
+                                              for a in [*call.args, *(k.value for k in call.keywords)])

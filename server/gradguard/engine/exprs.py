@@ -444,6 +444,8 @@ class Expressions:
                 out = join(out, self.object_attribute(a, name, st, node))
             elif isinstance(a, Super):  # `super().forward`: looked up in the bases when called
                 out = join(out, frozenset({Method(frozenset({a}), name)}))
+            elif isinstance(a, Tup) and name in a.names:  # a named tuple's field
+                out = join(out, a.items[a.names.index(name)])
             else:
                 out = join(out, UNKNOWN)
         return out if out else UNKNOWN

@@ -54,14 +54,23 @@ class State:
         self.heap[obj_id] = new
 
 
+# Heap attributes whose absence means a value: a module's `<rg>` is True until frozen, so a
+# module frozen on one path only is possibly trainable after the join (absent elsewhere, an
+# attribute is one never set, and the other path's value stands).
+ABSENT_MEANS = {"<rg>": const(True)}
+
+
 def _join_dicts(a: dict, b: dict) -> dict:
     if a is b:
         return a
     charge(len(a) + len(b))
     out = dict(a)
     for k, v in b.items():
-        w = out.get(k)
+        w = out.get(k, ABSENT_MEANS.get(k))
         out[k] = v if w is None else join(w, v)
+    for k, default in ABSENT_MEANS.items():
+        if k in a and k not in b:
+            out[k] = join(a[k], default)
     return out
 
 

@@ -20,6 +20,7 @@ from gradguard import knowledge as K
 from gradguard.engine.arguments import ArgumentParsers
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
+from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
@@ -34,6 +35,8 @@ GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set,
 # On the module globals: the storages of the leaves whose .grad is surely set, one Const per alternative
 # (a join keeps both; what every alternative has is sure).  step() surely changes only those.
 SURE_GRADS = "<sure grads>"
+# Conversions that copy when they change the dtype or device, and are the identity otherwise.
+CONVERSIONS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as"})
 IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
                               "contiguous", "pin_memory", "share_memory_"})
 # Config objects whose attributes are the keywords they are made with.
@@ -66,7 +69,7 @@ def _tri_or(values) -> object:
 SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension
 
 
-class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
+class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -219,8 +222,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         if not info.differentiable:
             return self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
-        return self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
-                              arg_nodes=arg_list, parts=parts)
+        out = self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
+                             arg_nodes=arg_list, parts=parts)
+        if len(info.returns) > 1 and set(info.returns) == {"T"}:  # `values, indices = x.max(1)`
+            return frozenset({Tup(tuple(out if i in info.differentiable_outputs else
+                                        self.fresh_tensor(node, st, rg=False, sub=(sub, i), inputs=inputs)
+                                        for i in range(len(info.returns))), info.fields)})
+        return out
 
     def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
                   modules=(), extra_rg=False, parts=None):
@@ -526,7 +534,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
         t = tensor_of(base)
         if name == "requires_grad":
             flag = self.truth_of(v)
-            new = frozenset({replace(t, rg=flag if flag is not None else None)})
+            self.set_requires_grad(target, target.value, sure_tensor(base), flag, setter=True)
+            # past this line the tensor is a leaf: on a non-leaf the assignment raises
+            new = frozenset({replace(t, rg=flag if flag is not None else None, leaf=True)})
             self.rebind(target.value, new, st)
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
         elif name == "grad":
@@ -565,7 +575,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return new
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else self.truth_of(kwargs.get("requires_grad", const(True)))
-            new = frozenset({replace(t, rg=flag)})
+            self.set_requires_grad(node, recv, sure_tensor(v), flag, setter=False)
+            # a non-leaf raises on False and stays a non-leaf on True; a leaf stays a leaf
+            leaf = True if flag is False or t.leaf is True else (t.leaf if t.rg is True else None)
+            new = frozenset({replace(t, rg=flag, leaf=leaf)})
             if recv is not None:
                 self.rebind(recv, new, st)
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
@@ -576,8 +589,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return NONE
         if name in K.SIZES:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
             return self.make_sequence(SIZE, st, node) if not args else SIZE
+        if name in K.TO_NUMPY.methods:
+            self.to_numpy(node, recv, v, kwargs, st)
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
+        if name in CONVERSIONS and t.rg is not False:
+            return frozenset({replace(t, leaf=self.converted_leaf(name, args, kwargs, t))})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:
@@ -586,6 +603,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes)
+
+    def converted_leaf(self, name, args, kwargs, t: Tensor):
+        """A conversion (`.to(...)`, `.double()`) returns the tensor itself when it changes
+        nothing and a copy with a grad_fn otherwise: a leaf is no longer surely one, except
+        for a copy to a GPU, which a CPU tensor always is."""
+        device = kwargs.get("device") or (args[0] if args else None)
+        to_gpu = name == "cuda" or name == "to" and device is not None and isinstance(
+            literal_of(device, str), str) and literal_of(device, str).startswith("cuda")
+        if to_gpu and t.rg is True:
+            return False
+        return t.leaf if t.leaf is False else None
 
     # ----------------------------------------------------------------- method calls on anything
     def call_method(self, recv, name, args, kwargs, st, node):
@@ -796,6 +824,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             return self.deep_copy(args[0], st, node)
         if dotted in ("itertools.chain",):
             return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node, nonempty=None)
+        if (dotted in K.TO_NUMPY.functions or dotted in K.TO_NUMPY.sequence_functions and is_sequence(args[0])) \
+                and args and node.args:
+            self.to_numpy(node, node.args[0], args[0], kwargs, st, sequence=True)
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
             return self.call_unknown(args, kwargs, st, node)
         return self.call_torch(dotted, last, args, kwargs, st, node)
@@ -1329,6 +1360,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
     def make_optimizer(self, args, kwargs, st, node):
         obj = Obj(("opt", self.frame.ctx, id(node)), "optimizer")
         params = kwargs.get("params") or (args[0] if args else UNKNOWN)
+        param_node = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "params"), None)
+        self.optimizer_params_leaf(params, kwargs, st, node, param_node)
         grads = st.get_attr(GLOBALS, GRADS) or const(False)  # a backward before it may have left grads
         st.heap[obj.id] = {"<params>": params, GRADS: grads}
         return frozenset({obj})
@@ -1387,7 +1420,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers):
             self.note_event("zero_grad", node)
             self.grads_cleared(opt, kwargs, st)
             return NONE
-        if name == "add_param_group" and args:
+        if name in K.PARAM_GROUP_METHODS and args:
+            self.optimizer_params_leaf(args[0], kwargs, st, node, node.args[0] if node.args else None)
             st.set_attr(opt.id, "<params>", join(st.get_attr(opt.id, "<params>") or EMPTY, args[0]))
             return NONE
         return UNKNOWN

@@ -101,6 +101,7 @@ class Obj:
 @dataclass(frozen=True)
 class Tup:
     items: tuple  # tuple of values
+    names: tuple = ()  # a named tuple's field names (`x.max(1).values`)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ torchgen data; never edit by hand)
     ``OPTIMIZERS`` / ``OPTIMIZER_STEP_METHODS`` / ``ZERO_GRAD_METHODS``
         ``optimizer.step()`` writes every parameter in place: a pending graph that
         saved a weight breaks.
+    ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
+        where an optimizer takes parameters after it is made; the keyword
+        (``differentiable=True``) under which it accepts tensors that are not leaves.
+    ``TO_NUMPY`` (a :class:`ToNumpy`)
+        conversions to numpy, which refuse a tensor that requires grad in grad mode.
     ``BACKWARD_CALLS`` (a :class:`BackwardCalls`)
         how code runs backward (which frees saved tensors unless retain_graph).
     ``PARAMETER_CLASSES``
@@ -67,7 +72,7 @@ __all__ = [
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZES", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
-    "ZERO_GRAD_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
@@ -133,6 +138,7 @@ class OpInfo:
     npos: int = 0  # params[:npos] may be passed positionally
     returns: str = "T"  # output kinds: "T", "TT" (tuple), "L" (list of tensors), "N", "" (None)
     differentiable_outputs: frozenset = frozenset()  # indices of outputs that get a grad_fn
+    fields: Tuple[str, ...] = ()  # a named tuple's output names (`values`, `indices`)
     known: bool = True  # False: the conservative default for a name the data does not know
     source: str = "formula"  # how `saves` was derived (see scripts/gen_torch_knowledge.py)
     backward_implemented: bool = True  # False: backward through it raises "not implemented"
@@ -216,6 +222,7 @@ def _make_info(e: dict) -> OpInfo:
         npos=e.get("npos", len(params)), returns=returns, differentiable_outputs=diff_out,
         known=True, source=e["via"], backward_implemented=not e.get("notimpl", False),
         inplace_param=e.get("inplace_param"), decomposes_to=tuple(e.get("decomposes_to", ())),
+        fields=tuple(e.get("fields", ())),
     )
 
 
@@ -464,6 +471,16 @@ class NumpyToTorch:
 
 
 @dataclass(frozen=True)
+class ToNumpy:
+    """Conversions to numpy: `t.numpy()` and numpy functions that reach it through `__array__`."""
+
+    methods: frozenset  # tensor methods ("numpy")
+    functions: frozenset  # dotted numpy functions ("numpy.asarray")
+    sequence_functions: frozenset  # numpy functions that convert a list of tensors only ("numpy.sum")
+    force_keyword: str  # `numpy(force=True)` detaches first
+
+
+@dataclass(frozen=True)
 class Distributions:
     """`torch.distributions` classes (dotted names under `package`): what their methods return."""
 
@@ -534,6 +551,14 @@ def _api_table(name: str):
         return frozenset(api["optimizers"]["step_methods"])
     if name == "ZERO_GRAD_METHODS":
         return frozenset(api["optimizers"]["zero_grad_methods"])
+    if name == "PARAM_GROUP_METHODS":
+        return frozenset(api["optimizers"]["param_group_methods"])
+    if name == "OPTIMIZER_NONLEAF_KEYWORD":
+        return api["optimizers"]["nonleaf_keyword"]
+    if name == "TO_NUMPY":
+        t = api["to_numpy"]
+        return ToNumpy(frozenset(t["methods"]), frozenset(t["functions"]), frozenset(t["sequence_functions"]),
+                       t["force_keyword"])
     if name == "PARAMETER_CLASSES":
         return frozenset(api["parameter_classes"]["names"])
     if name == "MODULE_WRAPPERS":

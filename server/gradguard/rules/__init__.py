@@ -11,11 +11,15 @@ from gradguard.rules.leaf_inplace import LeafInplace
 from gradguard.rules.missing_zero_grad import MissingZeroGrad
 from gradguard.rules.no_grad_fn import NoGradFn
 from gradguard.rules.nonleaf_grad import NonLeafGrad
+from gradguard.rules.nonleaf_optimizer import NonLeafOptimizer
+from gradguard.rules.numpy_requires_grad import NumpyRequiresGrad
+from gradguard.rules.requires_grad_nonleaf import RequiresGradNonLeaf
 from gradguard.rules.unused_noqa import UnusedNoqa
 
-ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, UnusedNoqa, NonLeafGrad,
-                               AccumulatedGraph, MissingZeroGrad]
-PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn")
+ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, NumpyRequiresGrad, NonLeafOptimizer,
+                               RequiresGradNonLeaf, UnusedNoqa, NonLeafGrad, AccumulatedGraph, MissingZeroGrad]
+PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn", "numpy_requires_grad", "nonleaf_optimizer",
+            "requires_grad_nonleaf")
 
 
 def rule_by_code(code: str) -> type[Rule] | None:

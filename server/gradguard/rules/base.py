@@ -68,6 +68,13 @@ class Rule:
                        self.predicts)
 
 
+def origin_related(facts, r, what: str) -> tuple[Related, ...]:
+    """Where the value a `Raise` is about got what makes the op raise (`... computed here,
+    with a graph`), as a related location."""
+    name = f"`{facts.text(r.target)}`" if r.target is not None else "the tensor"
+    return tuple(Related(facts.span(node), f"{name} is {what}") for node in r.origin)
+
+
 class FindingsRule(Rule):
     """A rule about what the other rules found rather than about the code (GG100: `# noqa`
     comments that silence nothing): it runs after them, on the text and their findings, and

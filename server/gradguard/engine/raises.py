@@ -1,0 +1,129 @@
+"""Ops that raise because of the tensor they are given, decided where they run.
+
+Each check asks one must fact of the value in hand and records a `facts.Raise` when it
+holds on this path: `.numpy()` (or `np.asarray(t)`) on a tensor that surely requires grad
+while grad mode is surely on; an optimizer given a tensor that is surely not a leaf;
+`requires_grad` changed on a surely non-leaf tensor.  A tensor is surely a non-leaf only
+when it surely requires grad too: an op on inputs that do not require grad gives a leaf.
+"""
+from __future__ import annotations
+
+import ast
+
+from gradguard import knowledge as K
+from gradguard.engine.values import CARRIES, Obj, Tensor, const, item_attr
+from gradguard.facts import Raise
+
+
+def sure_tensor(v: frozenset) -> Tensor | None:
+    """The tensor `v` surely is (one alternative, a tensor), or None."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Tensor):
+            return a
+    return None
+
+
+def requires_grad(t: Tensor | None) -> bool:
+    return t is not None and t.rg is True
+
+
+def non_leaf(t: Tensor | None) -> bool:
+    """Surely has a grad_fn (and so requires grad): `leaf` alone is False for any op result."""
+    return t is not None and t.rg is True and t.leaf is False and not t.retains_grad
+
+
+class RaiseChecks:
+    """Mixed into the interpreter (it reads `facts`, `key`, the call stack and the heap)."""
+
+    def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None) -> None:
+        """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
+        A raise seen on one real path stays (an earlier iteration raised already); a function
+        analysed without a caller says nothing (its arguments are not known)."""
+        if t is None or self.caller_unknown:
+            return
+        regs = self.facts.regions
+        made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
+        origin = (made[-1].node,) if made else ()
+        self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
+                                                             self.entry_call()))
+
+    # ----------------------------------------------------------------- numpy
+    def to_numpy(self, node, target, v, kwargs, st, sequence: bool = False) -> None:
+        """`t.numpy()`, or a numpy function converting `t` (`np.asarray(t)`, `np.array([a, b])`):
+        torch refuses a tensor that requires grad while grad mode is on (`force=True` detaches)."""
+        force = kwargs.get(K.TO_NUMPY.force_keyword)
+        if force is not None and self.truth_of(force) is not False or st.grad is not True:
+            return
+        t = sure_tensor(v)
+        if t is None and sequence:
+            t, target = self.sure_element(v, st), None
+        if requires_grad(t):
+            self.note_raise("numpy_requires_grad", node, target, t)
+
+    def sure_element(self, v, st) -> Tensor | None:
+        """A tensor that requires grad surely among the elements of the list or tuple `v`."""
+        items = self.exact_items(v, st)
+        if items is not None:
+            return next((t for item in items if requires_grad(t := sure_tensor(item))), None)
+        lists = [a for a in v if isinstance(a, Obj) and a.kind == "list"]
+        if len(v) == 1 and lists and st.get_attr(lists[0].id, "<nonempty>") == const(True):
+            t = sure_tensor(st.get_attr(lists[0].id, "<elems>") or frozenset())
+            return t if requires_grad(t) else None
+        return None
+
+    # ----------------------------------------------------------------- optimizers
+    def optimizer_params_leaf(self, params, kwargs, st, node, param_node) -> None:
+        """An optimizer (or `add_param_group`) given a tensor that is surely not a leaf raises
+        "can't optimize a non-leaf Tensor", unless it is made `differentiable`."""
+        flag = kwargs.get(K.OPTIMIZER_NONLEAF_KEYWORD)
+        if flag is not None and self.truth_of(flag) is not False:
+            return
+        found = self.nonleaf_param(params, param_node, st)
+        if found is not None:
+            self.note_raise("nonleaf_optimizer", node, *found)
+
+    def nonleaf_param(self, v, node, st, depth: int = 0):
+        """(expression, tensor) of a tensor surely among the parameters `v` (a list, a tuple, a
+        param-group dict, or such a sequence of dicts) that is surely not a leaf, or None."""
+        if depth > 3 or len(v) != 1:
+            return None
+        (a,) = tuple(v)
+        if isinstance(a, Obj) and a.kind == "dict":
+            params = st.get_attr(a.id, item_attr("params"))
+            inner = _dict_value(node, "params")
+            return self.nonleaf_param(params, inner, st, depth + 1) if params is not None else None
+        items = self.exact_items(v, st)
+        if items is None:
+            if isinstance(a, Obj) and a.kind == "list" and st.get_attr(a.id, "<nonempty>") == const(True):
+                elems = st.get_attr(a.id, "<elems>") or frozenset()
+                t = sure_tensor(elems)
+                return (node, t) if non_leaf(t) else None
+            return None
+        nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else \
+            [None] * len(items)
+        for item, item_node in zip(items, nodes):
+            t = sure_tensor(item)
+            if non_leaf(t):
+                return item_node if item_node is not None else node, t
+            found = self.nonleaf_param(item, item_node, st, depth + 1)
+            if found is not None:
+                return found
+        return None
+
+    # ----------------------------------------------------------------- requires_grad
+    def set_requires_grad(self, node, target, t: Tensor | None, flag, setter: bool) -> None:
+        """`t.requires_grad = flag` raises on a non-leaf whatever the flag; `t.requires_grad_(flag)`
+        only when it would turn grad off (a non-leaf already requires grad)."""
+        if non_leaf(t) and (setter or flag is False):
+            self.note_raise("requires_grad_nonleaf", node, target, t)
+
+
+def _dict_value(node, key: str):
+    """The expression under `key` in a dict display `node` (`{"params": [w], "lr": 0.1}`)."""
+    if isinstance(node, ast.Dict):
+        for k, v in zip(node.keys, node.values):
+            if isinstance(k, ast.Constant) and k.value == key:
+                return v
+    return None
+

@@ -1,0 +1,28 @@
+# expect: clean
+# shape: the same model detaches the features, which is what setting the flag meant
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class TwoStage(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(6, 12), nn.Tanh())
+        self.head = nn.Linear(12, 2)
+
+    def forward(self, x, train_backbone):
+        features = self.backbone(x)
+        if not train_backbone:
+            features = features.detach()
+        return self.head(features)
+
+
+model = TwoStage()
+optimizer = torch.optim.Adam(model.head.parameters(), lr=1e-2)
+x, y = torch.randn(8, 6), torch.randint(0, 2, (8,))
+for step in range(3):
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x, train_backbone=False), y)
+    loss.backward()
+    optimizer.step()
