@@ -53,6 +53,9 @@ its value in the file's "defaults" object is left out - the loader fills it back
     the gradient(s) whose formula uses it when ``guard_for`` emits a guard, else
     whenever the node is created; saved outputs always.  For in-place ops a saved
     ``self`` is omitted: the codegen saves a private clone (``original_self``).
+``tags``
+    torch's own tags that say how the result's shape follows the inputs': ``pointwise``
+    (the broadcast shape), ``reduction`` (the input reduced over ``dim``, all of it without).
 ``fields``
     the names of a named tuple's outputs (``values``, ``indices`` of ``max.dim``).
 ``differentiable``, ``diff_out``
@@ -581,6 +584,9 @@ def native_entry(fn):
         "variants": ("f" if any(v.name == "function" for v in f.variants) else "")
                     + ("m" if any(v.name == "method" for v in f.variants) else ""),
     }
+    shape_tags = sorted({"pointwise", "reduction"} & {str(t) for t in f.tags})
+    if shape_tags:
+        entry["tags"] = shape_tags  # how the result's shape follows the inputs': broadcast, or reduced
     if len(schema.returns) > 1 and all(r.name for r in schema.returns):
         entry["fields"] = [r.name for r in schema.returns]  # a named tuple: `x.max(1).values`
     if f.python_module:

@@ -625,10 +625,14 @@ class Expressions:
             out = fn(next(iter(value)), st) if value else UNKNOWN
             return out if out else UNKNOWN
         out, joined = EMPTY, None
-        for a in value:
-            alt = st.copy()
-            out = join(out, fn(a, alt))
-            joined = join_states(joined, alt)
+        outer, self.one_of_several = self.one_of_several, True  # no alternative alone is what runs
+        try:
+            for a in value:
+                alt = st.copy()
+                out = join(out, fn(a, alt))
+                joined = join_states(joined, alt)
+        finally:
+            self.one_of_several = outer
         st.env, st.heap, st.grad = joined.env, joined.heap, joined.grad
         return out if out else UNKNOWN
 

@@ -39,8 +39,9 @@ class RaiseChecks:
     def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None) -> None:
         """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
         A raise seen on one real path stays (an earlier iteration raised already); a function
-        analysed without a caller says nothing (its arguments are not known)."""
-        if t is None or self.caller_unknown:
+        analysed without a caller says nothing (its arguments are not known), nor a method
+        call on one alternative of a receiver that may be something else."""
+        if t is None or self.caller_unknown or self.one_of_several:
             return
         regs = self.facts.regions
         made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)

@@ -139,6 +139,7 @@ class OpInfo:
     returns: str = "T"  # output kinds: "T", "TT" (tuple), "L" (list of tensors), "N", "" (None)
     differentiable_outputs: frozenset = frozenset()  # indices of outputs that get a grad_fn
     fields: Tuple[str, ...] = ()  # a named tuple's output names (`values`, `indices`)
+    tags: frozenset = frozenset()  # "pointwise" (broadcast shape), "reduction" (reduced over `dim`)
     known: bool = True  # False: the conservative default for a name the data does not know
     source: str = "formula"  # how `saves` was derived (see scripts/gen_torch_knowledge.py)
     backward_implemented: bool = True  # False: backward through it raises "not implemented"
@@ -223,6 +224,7 @@ def _make_info(e: dict) -> OpInfo:
         known=True, source=e["via"], backward_implemented=not e.get("notimpl", False),
         inplace_param=e.get("inplace_param"), decomposes_to=tuple(e.get("decomposes_to", ())),
         fields=tuple(e.get("fields", ())),
+        tags=frozenset(e.get("tags", ())),
     )
 
 
