@@ -34,6 +34,8 @@ KIND_MARKERS = {
     "numpy_requires_grad": ("Can't call numpy() on Tensor that requires grad",),
     "nonleaf_optimizer": ("can't optimize a non-leaf Tensor",),
     "requires_grad_nonleaf": ("you can only change requires_grad flags of leaf variables",),
+    "inference_tensor": ("Inference tensors cannot be saved for backward",
+                         "Inplace update to inference tensor outside InferenceMode"),
 }
 # What the two cause sites are called for each kind: (where the value came from, where it went wrong).
 ROLE_LABELS = {
@@ -44,6 +46,7 @@ ROLE_LABELS = {
     "numpy_requires_grad": ("graph made", "converted"),
     "nonleaf_optimizer": ("computed", "given to the optimizer"),
     "requires_grad_nonleaf": ("computed", "flag changed"),
+    "inference_tensor": ("made in inference mode", "saved or changed"),
 }
 # A related location whose message says this is where the graph was freed, changed or cut;
 # the others (`... is computed here, with a graph`, `... saved it here`) are where it came from.

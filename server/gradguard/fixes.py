@@ -1226,3 +1226,37 @@ def _turns_grad_off(stmt: ast.stmt) -> bool:
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     return isinstance(call, ast.Call) and any(isinstance(a, ast.Constant) and a.value is False
                                               for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def leave_inference_mode(facts: Facts, r) -> tuple[Fix, ...]:
+    """Where the tensor was made, `torch.inference_mode()` becomes `torch.no_grad()`, whose
+    results are ordinary tensors; or the tensor is cloned (outside inference mode, a clone
+    is an ordinary tensor) where it is saved, or before it is changed in place."""
+    out = []
+    for site in r.origin:
+        if isinstance(site, (ast.With, ast.AsyncWith)):
+            found = [item.context_expr for item in site.items]
+        else:
+            found = list(getattr(site, "decorator_list", ()))
+        for expr in found:
+            new = _no_grad_instead(facts, expr)
+            if new is not None:
+                out.append(Fix(f"Use `{new}` instead of `{facts.text(expr)}`", (edit(facts, "replace", expr, new),),
+                               applicability="safe"))
+    if isinstance(r.target, (ast.Name, ast.Attribute)) and r.target is not getattr(r.node, "target", None) and \
+            not (isinstance(r.node, ast.Call) and isinstance(r.node.func, ast.Attribute) and r.node.func.value is r.target):
+        out.append(Fix(f"Clone `{facts.text(r.target)}` where it is used", (edit(facts, "clone", r.target),),
+                       applicability="safe"))
+    elif isinstance(r.target, (ast.Name, ast.Attribute)):
+        name = facts.text(r.target, 200)
+        out.append(Fix(f"Clone `{name}` before changing it", (edit(facts, "clone_before", statement_of(facts, r.node),
+                                                                 name),), applicability="safe"))
+    return ranked(out)
+
+
+def _no_grad_instead(facts: Facts, expr) -> str | None:
+    """`torch.no_grad()` for `torch.inference_mode()` (the same module prefix), else None."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "inference_mode" \
+            and not expr.keywords and all(isinstance(a, ast.Constant) and a.value is True for a in expr.args):
+        return f"{facts.text(expr.func.value, 200)}.no_grad()"
+    return None

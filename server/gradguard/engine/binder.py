@@ -20,9 +20,9 @@ BACKWARD = re.compile(r"\.backward\s*\(|autograd\s*\.\s*(?:grad|backward)\s*\(|m
 INPLACE = re.compile(r"[A-Za-z0-9]_\s*\(|\]\s*[-+*/]?=[^=]|[-+*/]=")
 # Something that requires grad without a backward in sight: parameters, requires_grad.
 SOURCE = re.compile(r"requires_grad|Parameter\s*\(|parameters\s*\(|\.weight\b|\.bias\b")
-# An op that raises on what it is given (`.numpy()`, an optimizer, `requires_grad = ...`),
-# with something that requires grad: parameters, requires_grad, or a layer of torch.nn.
-RAISING = re.compile(r"\.numpy\s*\(|\bnp\.\w*array\s*\(|optim\.\w+\s*\(|add_param_group|\.requires_grad\b")
+# An op that raises on what it is given (`.numpy()`, an optimizer, `requires_grad = ...`, an
+# inference tensor), with something that requires grad: parameters, requires_grad, or a layer.
+RAISING = re.compile(r"\.numpy\s*\(|\bnp\.\w*array\s*\(|optim\.\w+\s*\(|add_param_group|\.requires_grad\b|inference_mode")
 LAYER = re.compile(r"\bnn\.[A-Z]\w*\s*\(")
 
 
@@ -31,7 +31,8 @@ def has_sink(text: str) -> bool:
     refuses some tensors (`.numpy()`) next to something that requires grad."""
     return BACKWARD.search(text) is not None or (
         (INPLACE.search(text) is not None or RAISING.search(text) is not None) and SOURCE.search(text) is not None) \
-        or RAISING.search(text) is not None and LAYER.search(text) is not None
+        or RAISING.search(text) is not None and LAYER.search(text) is not None \
+        or "inference_mode" in text and INPLACE.search(text) is not None  # an inference tensor changed in place
 
 
 def module_like(source: str, methods) -> frozenset:

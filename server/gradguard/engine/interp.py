@@ -159,6 +159,7 @@ class Interpreter(Expressions, TorchSemantics):
         # function -> the grad mode its decorator runs it in (`@torch.no_grad()`: False,
         # `@torch.enable_grad()`: True, one that may switch it either way: None)
         self.grad_funcs: dict = {}
+        self.inference_funcs: set = set()  # functions decorated `@torch.inference_mode()`
         self.func_names: dict = {}  # function node -> (locals, globals declared, is a generator)
         self.lines = LINE_BREAK.split(source)  # numbered as `ast` numbers them
         self.sites = binder.functions(tree)
@@ -688,6 +689,8 @@ class Interpreter(Expressions, TorchSemantics):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
             elif (mode := self.grad_mode_of(dv)) != "keep" or _may_switch_grad(d):
                 self.grad_funcs[s] = None if mode == "keep" else mode
+                if mode is False and dv and all(isinstance(a, GradMode) and a.inference for a in dv):
+                    self.inference_funcs.add(s)
         if value is None:
             value = frozenset({Func(s, kind=kind, closure=self.closure(s, st))})
             for d, dv in reversed(wrappers) if kind == "function" else ():
@@ -917,6 +920,9 @@ class Interpreter(Expressions, TorchSemantics):
         no_grad = self.grad_funcs.get(node) is False
         if no_grad:
             self.no_grad_sites.append(node)
+        inference = node in self.inference_funcs
+        if inference:
+            self.inference_sites.append(node)
         statement = self.statement
         try:
             if isinstance(node, ast.Lambda):
@@ -933,6 +939,8 @@ class Interpreter(Expressions, TorchSemantics):
             self.statement = statement
             if no_grad:
                 self.no_grad_sites.pop()
+            if inference:
+                self.inference_sites.pop()
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap

@@ -3,7 +3,8 @@
 Each check asks one must fact of the value in hand and records a `facts.Raise` when it
 holds on this path: `.numpy()` (or `np.asarray(t)`) on a tensor that surely requires grad
 while grad mode is surely on; an optimizer given a tensor that is surely not a leaf;
-`requires_grad` changed on a surely non-leaf tensor.  A tensor is surely a non-leaf only
+`requires_grad` changed on a surely non-leaf tensor; an inference tensor saved for backward
+or changed in place outside inference mode.  A tensor is surely a non-leaf only
 when it surely requires grad too: an op on inputs that do not require grad gives a leaf.
 """
 from __future__ import annotations
@@ -36,16 +37,17 @@ def non_leaf(t: Tensor | None) -> bool:
 class RaiseChecks:
     """Mixed into the interpreter (it reads `facts`, `key`, the call stack and the heap)."""
 
-    def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None) -> None:
+    def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None, origin: tuple | None = None) -> None:
         """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
         A raise seen on one real path stays (an earlier iteration raised already); a function
         analysed without a caller says nothing (its arguments are not known), nor a method
         call on one alternative of a receiver that may be something else."""
         if t is None or self.caller_unknown or self.one_of_several:
             return
-        regs = self.facts.regions
-        made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
-        origin = (made[-1].node,) if made else ()
+        if origin is None:
+            regs = self.facts.regions
+            made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
+            origin = (made[-1].node,) if made else ()
         self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
                                                              self.entry_call()))
 
@@ -119,6 +121,36 @@ class RaiseChecks:
         if non_leaf(t) and (setter or flag is False):
             self.note_raise("requires_grad_nonleaf", node, target, t)
 
+    # ----------------------------------------------------------------- inference tensors
+    def inference_site(self):
+        """The `inference_mode` block or function running now, None outside inference mode."""
+        return self.inference_sites[-1] if self.inference_sites else None
+
+    def saved_inference(self, node, info, bound, arg_nodes) -> None:
+        """An op recorded for backward saves an inference tensor (`x * w` saves `x` for `w`'s
+        gradient): "Inference tensors cannot be saved for backward".  Saved only for an input
+        that surely requires grad."""
+        if self.inference_site() is not None:
+            return
+        for inp, names in info.saves.items():
+            given = bound.get(inp)
+            if given is None or not requires_grad(sure_tensor(given)):
+                continue
+            for name in names:
+                saved = bound.get(name)
+                t = sure_tensor(saved) if saved is not None and not name.startswith("result") else None
+                if t is not None and t.inference is not None:
+                    target = next((n for n, v in arg_nodes if v is saved and n is not None), None)
+                    self.note_raise("inference_tensor", node, target, t, origin=(t.inference,))
+                    return
+
+    def inplace_inference(self, node, target, v) -> None:
+        """An in-place change of an inference tensor outside inference mode raises, whatever
+        the grad mode: "Inplace update to inference tensor outside InferenceMode"."""
+        t = sure_tensor(v)
+        if t is not None and t.inference is not None and self.inference_site() is None:
+            self.note_raise("inference_tensor", node, target, t, origin=(t.inference,))
+
 
 def _dict_value(node, key: str):
     """The expression under `key` in a dict display `node` (`{"params": [w], "lr": 0.1}`)."""
@@ -127,4 +159,3 @@ def _dict_value(node, key: str):
             if isinstance(k, ast.Constant) and k.value == key:
                 return v
     return None
-

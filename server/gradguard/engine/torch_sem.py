@@ -140,7 +140,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         the node is where a graph may have been cut."""
         rg = rg if st.grad is not False else False
         cut = self.cut_by(node, inputs, st) if rg is False else frozenset()
-        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}), cut=cut)})
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}), cut=cut,
+                                 inference=self.inference_site())})
 
     def cut_by(self, node, inputs, st) -> frozenset:
         """Where the graph of a result without grad was cut: here, if an input may require grad
@@ -244,8 +245,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         rid = self.region_id(node, sub)
         objs = bt.objs if view and bt is not None else frozenset({("t",) + rid})
         view_leaf = bool(view and bt is not None and (bt.view_of_leaf or (bt.leaf is True and bt.rg is True)))
+        # made in inference mode, or a view of a tensor that was: an inference tensor
+        inference = self.inference_site() or (bt.inference if view and bt is not None else None)
         if rg is False:
-            return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st))})
+            return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st),
+                                     inference=inference)})
         regions, freed, dirty, sure = set(), set(), set(), set()
         for v in inputs:
             t = tensor_of(v)
@@ -257,6 +261,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if rg is True and not is_summary(rid):
             sure.add((CARRIES, rid))
             self.sure_events += 1
+        if rg is True:
+            self.saved_inference(node, info, bound, arg_nodes)
         saved_names, saved_objs, saves, sure_saves, saved_sure = set(), set(), False, False, []
         for inp, names in info.saves.items():
             v = bound.get(inp)
@@ -345,6 +351,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if t is None:
             return target_val
         definite = definite and len(target_val) == 1
+        if definite:
+            self.inplace_inference(node, target_node, target_val)
         leaf = t.leaf is True and t.rg is True
         key = self.key(node)
         if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
@@ -517,7 +525,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
                 self.facts.grad_reads.pop(self.key(node), None)
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
-            return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st))})
+            return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference)})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return self.view_of(v, node, st)
         if name == "requires_grad":
@@ -566,8 +574,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if name in K.FACTORY_METHODS:
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             return self.fresh_tensor(node, st, rg=rg)
-        if name in K.DETACH_METHODS:
-            new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st))})
+        if name in K.DETACH_METHODS:  # the same storage: an inference tensor stays one
+            new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st),
+                                    inference=t.inference)})
             if name == "detach_":
                 if recv is not None:
                     self.rebind(recv, new, st)
@@ -593,8 +602,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             self.to_numpy(node, recv, v, kwargs, st)
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
-        if name in CONVERSIONS and t.rg is not False:
-            return frozenset({replace(t, leaf=self.converted_leaf(name, args, kwargs, t))})
+        if name in CONVERSIONS and (t.rg is not False or t.inference is not None):
+            leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
+            return frozenset({replace(t, leaf=leaf, inference=self.inference_site())})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:
@@ -906,6 +916,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             # torch.nn.init functions write in place under no_grad: a version bump, never a leaf error
             t = tensor_of(args[0]) if args else None
             if t is not None:
+                self.inplace_inference(node, node.args[0] if node.args else None, args[0])
                 self.version_bump(node, t.objs, st)
             return args[0] if args else UNKNOWN
         tensor_args = [a for a in args if tensor_of(a) is not None]

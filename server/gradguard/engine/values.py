@@ -61,6 +61,7 @@ class Tensor:
     view_of_leaf: bool = False  # a view of a leaf that requires grad (in place on it raises too)
     cut: frozenset = frozenset()  # for a value without grad: the nodes that cut its graph (detach, no_grad, ...)
     sure: frozenset = frozenset()  # must facts: (CARRIES | FREED | DIRTY, region id)
+    inference: object = None  # surely an inference tensor: the `inference_mode` block (or function) it was made in
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -220,7 +221,8 @@ def join_tensors(ts: list) -> Tensor:
     return Tensor(regions, frozenset().union(*(t.freed for t in ts)), frozenset().union(*(t.dirty for t in ts)),
                   _tri_join_all(t.rg for t in ts), _tri_join_all(t.leaf for t in ts), objs,
                   all(t.retains_grad for t in ts), all(t.view_of_leaf for t in ts),
-                  frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)))
+                  frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)),
+                  _tri_join_all(t.inference for t in ts))
 
 
 MAX_ATOMS = 12

@@ -1,0 +1,126 @@
+"""GG009: an inference tensor saved for backward, or changed in place, outside inference mode."""
+from __future__ import annotations
+
+import ast
+
+from gradguard import fixes
+from gradguard.facts import Facts
+from gradguard.findings import Related
+from gradguard.rules.base import Rule
+
+
+class InferenceTensor(Rule):
+    """
+    ## What it does
+    Flags a tensor made inside `torch.inference_mode()` (a `with` block or a function
+    decorated `@torch.inference_mode()`) that is used, outside inference mode, by an op
+    that saves it for backward (`x * w`, a `Linear` layer, `torch.matmul`) while another
+    input requires grad, or that is changed in place (`+=`, `x[i] = ...`, `.copy_()`).
+
+    ## Why is this bad?
+    Inference mode is stricter than `torch.no_grad()`: the tensors it makes carry no
+    version counter, so autograd cannot check them later. Torch refuses both uses:
+    `RuntimeError: Inference tensors cannot be saved for backward. ...` and
+    `RuntimeError: Inplace update to inference tensor outside InferenceMode is not
+    allowed. ...`. It happens to features, targets and rollouts computed under inference
+    mode and then used in a training step.
+
+    ## Example
+    ```python
+    with torch.inference_mode():
+        features = backbone(images)
+    loss = criterion(head(features), labels)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.no_grad():
+        features = backbone(images)
+    loss = criterion(head(features), labels)
+    ```
+
+    ## Fix safety
+    Safe: `torch.no_grad()` computes the same values without recording a graph, and its
+    results are ordinary tensors. (`.clone()` of the tensor where it is used, also offered,
+    is safe too.)
+    """
+
+    code = "GG009"
+    name = "inference-tensor"
+    predicts = "inference_tensor"
+    severity = "error"
+    summary = "a tensor made in inference mode is saved for backward or changed in place outside it"
+
+    VALID = [
+        """
+import torch
+w = torch.randn(3, requires_grad=True)
+with torch.no_grad():
+    x = torch.randn(3) * 2
+(x * w).sum().backward()
+""",
+        """
+import torch
+w = torch.randn(3, requires_grad=True)
+with torch.inference_mode():
+    x = torch.randn(3) * 2
+(x + w).sum().backward()
+""",
+    ]
+    INVALID = [
+        """
+import torch
+w = torch.randn(3, requires_grad=True)
+with torch.inference_mode():
+    x = torch.randn(3) * 2
+loss = (x * w).sum()  # error
+""",
+        """
+import torch
+@torch.inference_mode()
+def running_mean(xs):
+    return torch.stack(xs).mean(0)
+mean = running_mean([torch.randn(3), torch.randn(3)])
+mean += 1  # error
+""",
+    ]
+
+    def check(self, facts: Facts):
+        # The first op of a statement to run raises and the rest never runs: `x.mul_(a).add_(b)`
+        # is one error, at `x.mul_(a)`, which finishes first.
+        raised = set()
+        for r in sorted((r for r in facts.raises.values() if r.kind == self.predicts),
+                        key=lambda r: (r.node.end_lineno, r.node.end_col_offset)):
+            stmt = fixes.statement_of(facts, r.node)
+            if stmt in raised:
+                continue
+            raised.add(stmt)
+            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "a tensor"
+            where = ", ".join(_where(facts, o) for o in r.origin)
+            if _changes(facts, r):
+                what = ("is changed in place outside inference mode: this raises 'Inplace update to inference tensor "
+                        "outside InferenceMode is not allowed'")
+            else:
+                what = ("is saved for backward by an op whose other input requires grad: this raises 'Inference "
+                        "tensors cannot be saved for backward'")
+            message = f"{tensor} was made in inference mode ({where}) and {what}"
+            related = tuple(Related(facts.span(o), "made in inference mode here") for o in r.origin)
+            yield self.finding(message, facts.span(r.node), related, fixes.leave_inference_mode(facts, r),
+                               facts=facts, entry=r.entry)
+
+
+def _changes(facts: Facts, r) -> bool:
+    """Whether the op is an in-place change of the tensor (not an op saving it)."""
+    node = r.node
+    if isinstance(node, (ast.AugAssign, ast.Assign, ast.Subscript)):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+        and not node.func.attr.startswith("_") and r.target is node.func.value
+
+
+def _where(facts: Facts, site) -> str:
+    if isinstance(site, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return f"`@inference_mode` def {site.name}, {facts.line(site)}"
+    if isinstance(site, (ast.With, ast.AsyncWith)):
+        return f"`{facts.text(site.items[0].context_expr)}`, {facts.line(site)}"
+    return facts.line(site)
