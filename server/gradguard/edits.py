@@ -1091,6 +1091,7 @@ _HANDLERS = {
     "item": _method("item"),
     "retain_graph": _keyword_true("retain_graph"),
     "create_graph": _keyword_true("create_graph"),
+    "materialize_grads": _keyword_true("materialize_grads"),
     "inplace_false": _inplace_false,
     "out_of_place": _out_of_place,
     "detach_before": _insert("{name} = {name}.detach()", after=False),

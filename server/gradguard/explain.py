@@ -36,6 +36,7 @@ KIND_MARKERS = {
     "requires_grad_nonleaf": ("you can only change requires_grad flags of leaf variables",),
     "inference_tensor": ("Inference tensors cannot be saved for backward",
                          "Inplace update to inference tensor outside InferenceMode"),
+    "grad_unused": ("appears to not have been used in the graph",),
 }
 # What the two cause sites are called for each kind: (where the value came from, where it went wrong).
 ROLE_LABELS = {
@@ -47,6 +48,7 @@ ROLE_LABELS = {
     "nonleaf_optimizer": ("computed", "given to the optimizer"),
     "requires_grad_nonleaf": ("computed", "flag changed"),
     "inference_tensor": ("made in inference mode", "saved or changed"),
+    "grad_unused": ("input", "differentiated"),
 }
 # A related location whose message says this is where the graph was freed, changed or cut;
 # the others (`... is computed here, with a graph`, `... saved it here`) are where it came from.

@@ -43,6 +43,7 @@ class Region:
     function: ast.AST | None = None  # the function whose body created it
     args: list = field(default_factory=list)  # [(arg node, regions the argument carried)]
     modules: set = field(default_factory=set)  # module objects whose parameters it used
+    reaches: set | None = field(default_factory=set)  # storages requiring grad its inputs may come from (None: any)
 
 
 @dataclass

@@ -1260,3 +1260,10 @@ def _no_grad_instead(facts: Facts, expr) -> str | None:
             and not expr.keywords and all(isinstance(a, ast.Constant) and a.value is True for a in expr.args):
         return f"{facts.text(expr.func.value, 200)}.no_grad()"
     return None
+
+
+def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
+    """`materialize_grads=True`: the gradient of an unused input is zeros (torch 2.1 and
+    later; it implies `allow_unused=True`), where `None` would break the code that uses it."""
+    return ranked([Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
+                       (edit(facts, "materialize_grads", r.node),))])

@@ -151,6 +151,49 @@ class RaiseChecks:
         if t is not None and t.inference is not None and self.inference_site() is None:
             self.note_raise("inference_tensor", node, target, t, origin=(t.inference,))
 
+    # ----------------------------------------------------------------- autograd.grad
+    def unused_inputs(self, outs, inputs, inputs_node, kwargs, st, node) -> None:
+        """`torch.autograd.grad(outputs, inputs)` raises "The differentiated Tensor at index i
+        appears to not have been used in the graph" for an input that requires grad and that
+        the outputs' graph surely does not reach (every op on the way is known), unless
+        `allow_unused` or `materialize_grads` is set."""
+        if inputs is None or any(k in kwargs and self.truth_of(kwargs[k]) is not False
+                                 for k in K.AUTOGRAD_GRAD_UNUSED_KEYWORDS):
+            return
+        t = sure_tensor(outs)
+        if not requires_grad(t) or t.deps is None:
+            return
+        reached = t.deps | t.objs
+        items = [inputs] if sure_tensor(inputs) is not None else self.exact_items(inputs, st)
+        if items is not None:
+            nodes = inputs_node.elts if isinstance(inputs_node, (ast.List, ast.Tuple)) and \
+                len(inputs_node.elts) == len(items) else [inputs_node] * len(items)
+            for i, (item, item_node) in enumerate(zip(items, nodes)):
+                x = sure_tensor(item)
+                if not requires_grad(x) or len(x.objs) != 1:
+                    return  # another error first, or one tensor standing for several
+                if not x.objs & reached:
+                    self.note_raise("grad_unused", node, item_node, x, origin=())
+                    return
+            return
+        for obj in self.trainable_modules(inputs, st):
+            if ("params", obj.id) not in reached:
+                self.note_raise("grad_unused", node, inputs_node, t, origin=())
+                return
+
+    def trainable_modules(self, inputs, st) -> list:
+        """The torch.nn layers with parameters that surely require grad among the modules
+        whose `parameters()` the list `inputs` holds, when it holds nothing else."""
+        lists = [a for a in inputs if isinstance(a, Obj) and a.kind == "list"]
+        if len(inputs) != 1 or not lists:
+            return []
+        t = sure_tensor(st.get_attr(lists[0].id, "<elems>") or frozenset())
+        if t is None or t.rg is not True or not t.objs or any(o[0] != "params" for o in t.objs):
+            return []
+        mods = [Obj(o[1], "module") for o in t.objs]
+        return [m for m in mods if (info := self.builtin_info(m)) is not None and info.has_params
+                and self.module_rg(m, st) is True]
+
 
 def _dict_value(node, key: str):
     """The expression under `key` in a dict display `node` (`{"params": [w], "lr": 0.1}`)."""

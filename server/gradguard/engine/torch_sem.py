@@ -47,6 +47,23 @@ BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", 
                            "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars"})
 
 
+def reached(inputs) -> frozenset | None:
+    """What a result's graph may reach: its inputs that may require grad, and what theirs
+    reach; None when an input is not known (it may have brought any graph)."""
+    out = set()
+    for v in inputs:
+        for a in v:
+            if isinstance(a, Tensor):
+                if a.rg is False:
+                    continue
+                if a.deps is None:
+                    return None
+                out |= a.deps | a.objs
+            elif not isinstance(a, (Const, Num)):
+                return None
+    return frozenset(out)
+
+
 def _requires_grad(v: frozenset) -> object:
     """Whether an operand requires grad: True, False, or None when it may be something unknown
     (a call into a library: it may return a tensor that requires grad)."""
@@ -141,7 +158,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         rg = rg if st.grad is not False else False
         cut = self.cut_by(node, inputs, st) if rg is False else frozenset()
         return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}), cut=cut,
-                                 inference=self.inference_site())})
+                                 inference=self.inference_site(), deps=frozenset())})
 
     def cut_by(self, node, inputs, st) -> frozenset:
         """Where the graph of a result without grad was cut: here, if an input may require grad
@@ -159,7 +176,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
-               sure_saves=False, saved_sure=(), leaves=()) -> Region:
+               sure_saves=False, saved_sure=(), leaves=(), reaches=None) -> Region:
         reg = self.facts.regions.get(rid)
         if reg is None:
             reg = Region(rid, node, loops=self.loops_here(), function=self.current_function(),
@@ -172,6 +189,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         reg.modules |= set(modules)
         reg.sure_saves |= sure_saves
         reg.leaves |= set(leaves)
+        reg.reaches = None if reaches is None or reg.reaches is None else reg.reaches | reaches
         for o, name in saved_sure:
             if not is_summary(o):
                 reg.saved_sure.add(o)
@@ -249,7 +267,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         inference = self.inference_site() or (bt.inference if view and bt is not None else None)
         if rg is False:
             return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st),
-                                     inference=inference)})
+                                     inference=inference, deps=frozenset())})
         regions, freed, dirty, sure = set(), set(), set(), set()
         for v in inputs:
             t = tensor_of(v)
@@ -298,10 +316,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         args = [(n, tensor_of(v).regions) for n, v in arg_nodes if n is not None and tensor_of(v) is not None]
         leaves = [o for v in inputs if len(v) == 1 and (t := tensor_of(v)) is not None and t.leaf is True
                   and t.rg is True for o in t.objs]
+        deps = reached(inputs)
         self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True,
-                    sure_saves=sure_saves, saved_sure=saved_sure, leaves=leaves)
+                    sure_saves=sure_saves, saved_sure=saved_sure, leaves=leaves, reaches=deps)
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
-                                 False, view_leaf, sure=frozenset(sure))})
+                                 False, view_leaf, sure=frozenset(sure), deps=deps)})
 
     def every_element(self, v, st) -> frozenset:
         """All the elements of a sequence as the inputs of one op (`torch.stack(xs)`, `sum(xs)`):
@@ -446,7 +465,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             self.facts.accumulations.pop(key, None)
 
     # ----------------------------------------------------------------- backward
-    def backward(self, node, root_node, value, retain, st):
+    def backward(self, node, root_node, value, retain, st, inputs=None):
+        """`inputs`: the storages `autograd.grad` differentiates by, when known: it runs (and
+        frees) only the part of the graph that leads to them."""
         t = tensor_of(value)
         if t is None:
             return
@@ -454,10 +475,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         self.sure_events += 1
         definite = all(isinstance(a, Tensor) for a in value)
         regs = self.facts.regions
+
+        def surely_runs(r):
+            return inputs is None or regs[r].reaches is not None and bool(regs[r].reaches & inputs)
+
         freed_hit = frozenset(r for r in t.sure_regions(FREED) if r in regs and regs[r].sure_saves
-                              and regs[r].certain)
+                              and regs[r].certain and surely_runs(r))
         dirty_hit = frozenset(r for r in t.sure_regions(DIRTY) if r in regs and regs[r].certain
-                              and r not in freed_hit)
+                              and r not in freed_hit and surely_runs(r))
         if freed_hit and dirty_hit:  # torch runs the newest node first: its error is the one raised
             newest = lambda hit: max(regs[r].order for r in hit)  # noqa: E731
             freed_hit, dirty_hit = (freed_hit, frozenset()) if newest(freed_hit) > newest(dirty_hit) else \
@@ -481,8 +506,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             reached = frozenset(o for r in t.sure_regions(CARRIES) if r in regs for o in regs[r].leaves)
             self.update_sure_grads(st, lambda objs: objs | reached)
         if retain is False and t.rg is not False:
-            sure = t.sure_regions(CARRIES) if definite and t.rg is True else frozenset()
-            mark_freed(st, t.regions, sure=sure)
+            sure = frozenset(r for r in t.sure_regions(CARRIES) if r in regs and surely_runs(r)) \
+                if definite and t.rg is True else frozenset()
+            runs = t.regions if inputs is None else frozenset(
+                r for r in t.regions if r not in regs or regs[r].reaches is None or regs[r].reaches & inputs)
+            mark_freed(st, runs, sure=sure)
             for r in sure:
                 self.facts.freed_by.setdefault(r, set()).add(node)
 
@@ -525,7 +553,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
                 self.facts.grad_reads.pop(self.key(node), None)
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
-            return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference)})
+            return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference,
+                                     deps=frozenset())})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return self.view_of(v, node, st)
         if name == "requires_grad":
@@ -576,7 +605,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             return self.fresh_tensor(node, st, rg=rg)
         if name in K.DETACH_METHODS:  # the same storage: an inference tensor stays one
             new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st),
-                                    inference=t.inference)})
+                                    inference=t.inference, deps=frozenset())})
             if name == "detach_":
                 if recv is not None:
                     self.rebind(recv, new, st)
@@ -883,7 +912,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if dotted in K.PARAMETER_CLASSES:
             flag = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else True
             # ("param", ...): assigned to a module attribute, it joins that module's parameters
-            return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("param",) + self.region_id(node)}))})
+            return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("param",) + self.region_id(node)}),
+                                     deps=frozenset())})
         if last == "Variable":
             v = args[0] if args else UNKNOWN
             t = tensor_of(v)
@@ -891,7 +921,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
                 flag = self.truth_of(kwargs["requires_grad"])
                 if flag:
                     return frozenset({replace(t, rg=True, leaf=True, regions=frozenset(), freed=frozenset(),
-                                              dirty=frozenset())})
+                                              dirty=frozenset(), deps=frozenset())})
             return v
         if dotted.startswith(K.DISTRIBUTIONS.package + ".") and last[:1].isupper():
             return self.make_distribution(args, kwargs, st, node)
@@ -949,7 +979,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             for n in ast.walk(inputs_node):
                 if isinstance(n, (ast.Name, ast.Attribute)):
                     self.facts.grad_inputs.add(self.facts.text(n))
-        self.backward(node, root, outs, retain if retain is not None else None, st)
+        given = kwargs.get("inputs") or (args[1] if len(args) > 1 else None)
+        self.unused_inputs(outs, given, inputs_node, kwargs, st, node)
+        self.backward(node, root, outs, retain if retain is not None else None, st, self.input_storages(given, st))
         t = tensor_of(outs)
         if create and t is None:
             return UNKNOWN  # gradients with a graph, of outputs the engine does not see
@@ -962,6 +994,18 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             # plain tensors: where a later backward of them finds its graph cut (create_graph=False)
             grads = self.fresh_tensor(node, st, rg=False, sub=1, inputs=[outs])
         return self.make_sequence(grads, st, node, nonempty=True)
+
+    def input_storages(self, given, st):
+        """The storages of the tensors `autograd.grad` is given as `inputs`, None if not known."""
+        if given is None:
+            return None
+        items = [given] if tensor_of(given) is not None else self.exact_items(given, st)
+        if items is None:
+            elems = self.iter_elements(given, st)
+            items = [elems] if all(isinstance(a, Tensor) for a in elems) else None
+        if items is None or not all(len(v) == 1 and tensor_of(v) is not None and tensor_of(v).objs for v in items):
+            return None
+        return frozenset().union(*(tensor_of(v).objs for v in items))
 
     def known_len(self, v, st):
         """`len(v)` when it is known: a list or tuple whose items are, a dict whose keys are
@@ -1182,11 +1226,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         rgs = [self.module_rg(x, st) for x in mods]
         rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
         cut = frozenset(self.frozen_by[x.id] for x in mods if x.id in self.frozen_by) if rg is False else frozenset()
-        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut)})
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut,
+                                 deps=frozenset())})
 
     def buffer_value(self, m: Obj) -> frozenset:
         """The buffers of a built-in module (BatchNorm's running statistics): one storage here."""
-        return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("buffers", m.id)}))})
+        return frozenset({Tensor(rg=False, leaf=True, objs=frozenset({("buffers", m.id)}), deps=frozenset())})
 
     def buffers(self, m: Obj, st) -> list:
         """Each buffer of `m` and its submodules: built-in ones and those registered by name."""

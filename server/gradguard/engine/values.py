@@ -62,6 +62,9 @@ class Tensor:
     cut: frozenset = frozenset()  # for a value without grad: the nodes that cut its graph (detach, no_grad, ...)
     sure: frozenset = frozenset()  # must facts: (CARRIES | FREED | DIRTY, region id)
     inference: object = None  # surely an inference tensor: the `inference_mode` block (or function) it was made in
+    # storages of the tensors requiring grad its graph may reach (what `autograd.grad` can
+    # differentiate it by), None when not known (an unknown call may have used anything)
+    deps: Optional[frozenset] = None
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -222,7 +225,8 @@ def join_tensors(ts: list) -> Tensor:
                   _tri_join_all(t.rg for t in ts), _tri_join_all(t.leaf for t in ts), objs,
                   all(t.retains_grad for t in ts), all(t.view_of_leaf for t in ts),
                   frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)),
-                  _tri_join_all(t.inference for t in ts))
+                  _tri_join_all(t.inference for t in ts),
+                  None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)))
 
 
 MAX_ATOMS = 12

@@ -35,6 +35,8 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
+    ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
+        the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
     ``TO_NUMPY`` (a :class:`ToNumpy`)
         conversions to numpy, which refuse a tensor that requires grad in grad mode.
     ``BACKWARD_CALLS`` (a :class:`BackwardCalls`)
@@ -72,7 +74,7 @@ __all__ = [
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZES", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
-    "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
@@ -557,6 +559,8 @@ def _api_table(name: str):
         return frozenset(api["optimizers"]["param_group_methods"])
     if name == "OPTIMIZER_NONLEAF_KEYWORD":
         return api["optimizers"]["nonleaf_keyword"]
+    if name == "AUTOGRAD_GRAD_UNUSED_KEYWORDS":
+        return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":
         t = api["to_numpy"]
         return ToNumpy(frozenset(t["methods"]), frozenset(t["functions"]), frozenset(t["sequence_functions"]),

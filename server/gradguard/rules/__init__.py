@@ -6,6 +6,7 @@ from __future__ import annotations
 from gradguard.rules.accumulated_graph import AccumulatedGraph
 from gradguard.rules.base import Rule
 from gradguard.rules.freed_graph import FreedGraph
+from gradguard.rules.grad_unused import GradUnused
 from gradguard.rules.inference_tensor import InferenceTensor
 from gradguard.rules.inplace_saved import InplaceSaved
 from gradguard.rules.leaf_inplace import LeafInplace
@@ -18,9 +19,10 @@ from gradguard.rules.requires_grad_nonleaf import RequiresGradNonLeaf
 from gradguard.rules.unused_noqa import UnusedNoqa
 
 ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, NumpyRequiresGrad, NonLeafOptimizer,
-                               RequiresGradNonLeaf, InferenceTensor, UnusedNoqa, NonLeafGrad, AccumulatedGraph, MissingZeroGrad]
+                               RequiresGradNonLeaf, InferenceTensor, GradUnused,
+                               UnusedNoqa, NonLeafGrad, AccumulatedGraph, MissingZeroGrad]
 PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn", "numpy_requires_grad", "nonleaf_optimizer",
-            "requires_grad_nonleaf", "inference_tensor")
+            "requires_grad_nonleaf", "inference_tensor", "grad_unused")
 
 
 def rule_by_code(code: str) -> type[Rule] | None:
