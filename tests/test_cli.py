@@ -251,7 +251,7 @@ def test_rules_and_rule(tmp_path):
     assert {r["predicts"] for r in rules} - {None} == {"freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn",
                                                        "numpy_requires_grad", "nonleaf_optimizer",
                                                        "requires_grad_nonleaf", "inference_tensor",
-                                                       "grad_unused"}
+                                                       "grad_unused", "nonscalar_backward"}
     text = gradguard("rules", cwd=tmp_path).stdout.splitlines()
     assert len(text) == len(rules) and text[0].startswith("GG001 ")
     doc = gradguard("rule", "gg001", cwd=tmp_path)

@@ -848,13 +848,18 @@ def _keyword_true(keyword: str):
 
 
 def _set_true(doc: _Doc, e: Edit, keyword: str):
+    return _set_keyword(doc, e, keyword, cst.Name("True"))
+
+
+def _set_keyword(doc: _Doc, e: Edit, keyword: str, value: cst.BaseExpression):
+    """`keyword=value` in the call at the edit's span, replacing the argument if it is given."""
     found = _expression(doc, e.span, ast.Call)
     if found is None:
         return None
     path, module, call = found
     if not isinstance(call, cst.Call):
         return None
-    true = cst.Name("True")
+    true = value
     args = list(call.args)
     k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
     positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
@@ -1092,6 +1097,10 @@ _HANDLERS = {
     "retain_graph": _keyword_true("retain_graph"),
     "create_graph": _keyword_true("create_graph"),
     "materialize_grads": _keyword_true("materialize_grads"),
+    "grad_outputs": lambda doc, e: _set_keyword(doc, e, "grad_outputs",
+                                                cst.parse_expression(f"torch.ones_like({e.name})")),
+    "mean": _method("mean"),
+    "sum": _method("sum"),
     "inplace_false": _inplace_false,
     "out_of_place": _out_of_place,
     "detach_before": _insert("{name} = {name}.detach()", after=False),

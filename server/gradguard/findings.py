@@ -57,6 +57,8 @@ class Edit:
     - "stack": the call at `span` is `torch.tensor(xs)`: it becomes `torch.stack(xs)`;
     - "create_graph": add (or set) `create_graph=True` in the call at `span`;
     - "materialize_grads": add (or set) `materialize_grads=True` in the call at `span`;
+    - "grad_outputs": add `grad_outputs=torch.ones_like(NAME)` to the call at `span`;
+    - "mean" / "sum": append `.mean()` / `.sum()` to the expression at `span`;
     - "unwrap_item": the call at `span` is `torch.tensor(X.item())`: it becomes `X`;
     - "soft_argmax": the call at `span` is an argmax or argmin: it becomes the expected index under
       a softmax, a float that gradients flow through;

@@ -1267,3 +1267,17 @@ def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
     later; it implies `allow_unused=True`), where `None` would break the code that uses it."""
     return ranked([Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
                        (edit(facts, "materialize_grads", r.node),))])
+
+
+def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:
+    """`loss.backward()` -> `loss.mean().backward()` (or `.sum()`); `autograd.grad(y, x)` gets
+    `grad_outputs=torch.ones_like(y)`, the gradient of the sum."""
+    if r.target is None:
+        return ()
+    name = facts.text(r.target)
+    is_grad = isinstance(r.node, ast.Call) and isinstance(r.node.func, ast.Attribute) and r.node.func.attr == "grad"
+    if is_grad:
+        return ranked([Fix(f"Pass `grad_outputs=torch.ones_like({name})`",
+                           (edit(facts, "grad_outputs", r.node, facts.text(r.target, 200)),))])
+    return ranked([Fix(f"Average `{name}` before its backward", (edit(facts, "mean", r.target),)),
+                   Fix(f"Sum `{name}` before its backward", (edit(facts, "sum", r.target),))])

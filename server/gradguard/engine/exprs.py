@@ -141,6 +141,8 @@ class Expressions:
         if tensor_of(v) is not None:
             name = {ast.USub: "neg", ast.Invert: "bitwise_not", ast.UAdd: "positive"}[type(node.op)]
             return self.apply_op(name, node, [v], {}, st)
+        if isinstance(node.op, ast.USub) and int_of(v) is not None:
+            return const(-int_of(v))  # `x.view(-1)`, `dim=-1`
         return frozenset({_NUM}) if any(isinstance(a, (Num, Const)) for a in v) else UNKNOWN
 
     def expr_BinOp(self, node, st):

@@ -4,7 +4,8 @@ Each check asks one must fact of the value in hand and records a `facts.Raise` w
 holds on this path: `.numpy()` (or `np.asarray(t)`) on a tensor that surely requires grad
 while grad mode is surely on; an optimizer given a tensor that is surely not a leaf;
 `requires_grad` changed on a surely non-leaf tensor; an inference tensor saved for backward
-or changed in place outside inference mode.  A tensor is surely a non-leaf only
+or changed in place outside inference mode; an input `autograd.grad` is asked for that the
+outputs do not reach; a backward of a tensor of several elements without a gradient.  A tensor is surely a non-leaf only
 when it surely requires grad too: an op on inputs that do not require grad gives a leaf.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from gradguard import knowledge as K
+from gradguard.engine.shapes import surely_not_one
 from gradguard.engine.values import CARRIES, Obj, Tensor, const, item_attr
 from gradguard.facts import Raise
 
@@ -193,6 +195,18 @@ class RaiseChecks:
         mods = [Obj(o[1], "module") for o in t.objs]
         return [m for m in mods if (info := self.builtin_info(m)) is not None and info.has_params
                 and self.module_rg(m, st) is True]
+
+    # ----------------------------------------------------------------- backward of a non-scalar
+    def implicit_gradient(self, node, target, outputs, st) -> None:
+        """`y.backward()` (or `autograd.grad(y, x)`) without a gradient for `y`: torch makes
+        one only for a single element, "grad can be implicitly created only for scalar
+        outputs" otherwise.  `outputs`: the tensor, or a list or tuple of them."""
+        items = [outputs] if sure_tensor(outputs) is not None else self.exact_items(outputs, st) or ()
+        for item in items:
+            t = sure_tensor(item)
+            if requires_grad(t) and surely_not_one(t.shape):
+                self.note_raise("nonscalar_backward", node, target, t)
+                return
 
 
 def _dict_value(node, key: str):

@@ -21,6 +21,7 @@ from gradguard.engine.arguments import ArgumentParsers
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
+from gradguard.engine.shapes import Shapes
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
@@ -86,7 +87,7 @@ def _tri_or(values) -> object:
 SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension
 
 
-class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
+class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -238,15 +239,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         inputs = [v for v in bound.values() if tensor_of(v) is not None or any(isinstance(a, Unknown) for a in v)]
         if not info.known and any(isinstance(a, Obj) for v in [*args, *kwargs.values()] for a in v):
             inputs.append(UNKNOWN)  # an unknown op given a module, list or dict may reach tensors inside it
+        shape = self.op_shape(info, bound, st)
         if not info.differentiable:
-            return self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs)
+            return self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs), shape)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
-        out = self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
-                             arg_nodes=arg_list, parts=parts)
+        out = self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
+                                             arg_nodes=arg_list, parts=parts), shape)
         if len(info.returns) > 1 and set(info.returns) == {"T"}:  # `values, indices = x.max(1)`
-            return frozenset({Tup(tuple(out if i in info.differentiable_outputs else
-                                        self.fresh_tensor(node, st, rg=False, sub=(sub, i), inputs=inputs)
-                                        for i in range(len(info.returns))), info.fields)})
+            return frozenset({Tup(tuple(out if i in info.differentiable_outputs else self.with_shape(
+                self.fresh_tensor(node, st, rg=False, sub=(sub, i), inputs=inputs), shape)
+                for i in range(len(info.returns))), info.fields)})
         return out
 
     def op_result(self, node, info, bound, inputs, st, view=False, base=None, sub=0, arg_nodes=(),
@@ -354,12 +356,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if t is None:
             return UNKNOWN
         view_leaf = t.view_of_leaf or (t.leaf is True and t.rg is True)
-        return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf)})
+        return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf, shape=None)})
 
     def index_tensor(self, base, index, st, node):
         if tensor_of(index) is not None:
             return self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
-        return self.view_of(base, node, st)
+        t = tensor_of(base)
+        return self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
 
     # ----------------------------------------------------------------- in-place
     def inplace(self, node, target_node, target_val, others, st, op, definite=True):
@@ -399,7 +402,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         new = self.op_result(node, info, bound, [target_val, *others], st, view=True, base=target_val)
         nt = tensor_of(new)
         if nt is not None:
-            new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False)})
+            new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False, shape=t.shape)})
             self.graph_inplaces += 1
             if t.rg is not True and nt.rg is not False and len(t.objs) == 1:
                 mark_grad_gained(st, next(iter(t.objs)), tensor_of(new), definite)
@@ -598,6 +601,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             if len(args) > len(params) or not set(kwargs) <= set(params):
                 return UNKNOWN  # `retain_variables=True` (torch < 0.4): a TypeError, before any backward
             pos = K.BACKWARD_CALLS.tensor_method_args["retain_graph_arg"]
+            gradient = K.BACKWARD_CALLS.tensor_method_args["gradient_arg"]
+            if len(args) <= gradient and params[gradient] not in kwargs:
+                self.implicit_gradient(node, recv, v, st)
             self.backward(node, recv, v, self.retain_flag(kwargs, args[pos] if len(args) > pos else None), st)
             return NONE
         if name in K.FACTORY_METHODS:
@@ -605,7 +611,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             return self.fresh_tensor(node, st, rg=rg)
         if name in K.DETACH_METHODS:  # the same storage: an inference tensor stays one
             new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st),
-                                    inference=t.inference, deps=frozenset())})
+                                    inference=t.inference, deps=frozenset(), shape=t.shape)})
             if name == "detach_":
                 if recv is not None:
                     self.rebind(recv, new, st)
@@ -641,7 +647,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if name == "register_hook":
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
-        return self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes)
+        return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
+                               self.method_shape(name, t, args, kwargs))
 
     def converted_leaf(self, name, args, kwargs, t: Tensor):
         """A conversion (`.to(...)`, `.double()`) returns the tensor itself when it changes
@@ -906,6 +913,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             return self.autograd_grad(args, kwargs, st, node)
         if dotted == "torch.autograd.backward":
             roots = kwargs.get("tensors") or (args[0] if args else UNKNOWN)
+            if self.no_gradient_given("torch.autograd.backward", args, kwargs):
+                self.implicit_gradient(node, node.args[0] if node.args else None, roots, st)
             val = self.iter_elements(roots, st) if objs_of(roots) or any(isinstance(a, Tup) for a in roots) else roots
             self.backward(node, node.args[0] if node.args else None, val, self.retain_flag(kwargs), st)
             return NONE
@@ -934,9 +943,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             # `torch.tensor(log_probs)` copies the values of the tensors in a list, not their graph
             copied = [self.iter_elements(a, st) for a in args[:1] if is_sequence(a)]
-            return self.fresh_tensor(node, st, rg=rg, inputs=copied)
+            return self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
+                                   self.factory_shape(last, args, kwargs, st))
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
-            return self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args))
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
+                                   self.joined_shape(last, self.exact_items(args[0], st), dim))
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
                                                 "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
             return UNKNOWN
@@ -980,6 +992,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
                 if isinstance(n, (ast.Name, ast.Attribute)):
                     self.facts.grad_inputs.add(self.facts.text(n))
         given = kwargs.get("inputs") or (args[1] if len(args) > 1 else None)
+        if self.no_gradient_given("torch.autograd.grad", args, kwargs):
+            self.implicit_gradient(node, root, outputs, st)
         self.unused_inputs(outs, given, inputs_node, kwargs, st, node)
         self.backward(node, root, outs, retain if retain is not None else None, st, self.input_storages(given, st))
         t = tensor_of(outs)
@@ -994,6 +1008,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             # plain tensors: where a later backward of them finds its graph cut (create_graph=False)
             grads = self.fresh_tensor(node, st, rg=False, sub=1, inputs=[outs])
         return self.make_sequence(grads, st, node, nonempty=True)
+
+    def no_gradient_given(self, dotted, args, kwargs) -> bool:
+        """Whether a backward function is called without the gradient of its outputs."""
+        spec = K.BACKWARD_CALLS.functions[dotted]
+        key = next(k for k in spec if k.startswith("grad_") and k.endswith("_arg"))  # grad_outputs, grad_tensors
+        return len(args) <= spec[key] and key[: -len("_arg")] not in kwargs
 
     def input_storages(self, given, st):
         """The storages of the tensors `autograd.grad` is given as `inputs`, None if not known."""
@@ -1171,6 +1191,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
         if flag is not None and self.truth_of(flag) is True:
             attrs["<inplace>"] = const(True)
             self.inplace_flags[obj.id] = (node, position)
+        attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
         st.heap[obj.id] = attrs
         return frozenset({obj})
 
@@ -1363,7 +1384,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks):
             if arg_nodes is None:
                 arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
             arg_list = list(zip(arg_nodes, args))
-            out = self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1], modules=modules)
+            out = self.with_shape(self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1],
+                                                 modules=modules), self.layer_shape(m, kind, args, st))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
         if m.id[0] == "sub" and kind == "opaque":

@@ -65,6 +65,7 @@ class Tensor:
     # storages of the tensors requiring grad its graph may reach (what `autograd.grad` can
     # differentiate it by), None when not known (an unknown call may have used anything)
     deps: Optional[frozenset] = None
+    shape: Optional[tuple] = None  # its sizes, when the program states them (see engine/shapes.py)
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -226,7 +227,8 @@ def join_tensors(ts: list) -> Tensor:
                   all(t.retains_grad for t in ts), all(t.view_of_leaf for t in ts),
                   frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)),
                   _tri_join_all(t.inference for t in ts),
-                  None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)))
+                  None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)),
+                  _tri_join_all(t.shape for t in ts))
 
 
 MAX_ATOMS = 12

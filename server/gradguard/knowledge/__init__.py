@@ -35,6 +35,10 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
+    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``LAYER_SHAPES``
+        where shapes are known from: how a factory states its sizes, the shape a loss
+        returns with ``reduction='none'``, ops that keep their input's shape, layers by
+        what they keep of ``(N, C, *spatial)``.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
     ``TO_NUMPY`` (a :class:`ToNumpy`)
@@ -74,7 +78,8 @@ __all__ = [
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZES", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
-    "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
+    "SAME_SHAPE_OPS", "LAYER_SHAPES", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
@@ -559,6 +564,14 @@ def _api_table(name: str):
         return frozenset(api["optimizers"]["param_group_methods"])
     if name == "OPTIMIZER_NONLEAF_KEYWORD":
         return api["optimizers"]["nonleaf_keyword"]
+    if name == "FACTORY_SHAPES":
+        return FrozenMap(api["shapes"]["factories"])
+    if name == "LOSS_SHAPES":
+        return FrozenMap(api["shapes"]["losses"])
+    if name == "LAYER_SHAPES":
+        return FrozenMap((k, frozenset(v)) for k, v in api["shapes"]["layers"].items())
+    if name == "SAME_SHAPE_OPS":
+        return frozenset(api["shapes"]["same_shape"])
     if name == "AUTOGRAD_GRAD_UNUSED_KEYWORDS":
         return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":

@@ -14,15 +14,16 @@ from gradguard.rules.missing_zero_grad import MissingZeroGrad
 from gradguard.rules.no_grad_fn import NoGradFn
 from gradguard.rules.nonleaf_grad import NonLeafGrad
 from gradguard.rules.nonleaf_optimizer import NonLeafOptimizer
+from gradguard.rules.nonscalar_backward import NonScalarBackward
 from gradguard.rules.numpy_requires_grad import NumpyRequiresGrad
 from gradguard.rules.requires_grad_nonleaf import RequiresGradNonLeaf
 from gradguard.rules.unused_noqa import UnusedNoqa
 
-ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, NumpyRequiresGrad, NonLeafOptimizer,
-                               RequiresGradNonLeaf, InferenceTensor, GradUnused,
+ALL_RULES: list[type[Rule]] = [FreedGraph, InplaceSaved, LeafInplace, NoGradFn, NumpyRequiresGrad, NonScalarBackward,
+                               NonLeafOptimizer, RequiresGradNonLeaf, InferenceTensor, GradUnused,
                                UnusedNoqa, NonLeafGrad, AccumulatedGraph, MissingZeroGrad]
-PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn", "numpy_requires_grad", "nonleaf_optimizer",
-            "requires_grad_nonleaf", "inference_tensor", "grad_unused")
+PREDICTS = ("freed_graph", "inplace_version", "leaf_inplace", "no_grad_fn", "numpy_requires_grad", "nonscalar_backward",
+            "nonleaf_optimizer", "requires_grad_nonleaf", "inference_tensor", "grad_unused")
 
 
 def rule_by_code(code: str) -> type[Rule] | None:

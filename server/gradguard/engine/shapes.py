@@ -1,0 +1,297 @@
+"""Tensor shapes, where the program states them: a must fact, None when not known.
+
+A shape is a tuple with one entry per dimension, each a size or None (the rank known, that
+size not: a convolution keeps the batch and sets the channels, its height is not worked
+out).  Sizes come only from literals (`torch.randn(32, 10)`, `torch.tensor([1., 2.])`,
+`nn.Linear(16, 4)`, `nn.Conv2d(3, 8, 3)`) and the ops that carry them on: broadcasting
+(torch's `pointwise` tag), reductions (its `reduction` tag: all of the tensor without
+`dim`), losses and their `reduction`, `view`/`reshape`/`unsqueeze`/`flatten`, `matmul`,
+`stack`/`cat`, integer indexing and the layers that keep the batch.  Anything else, and any
+size that comes from data (a batch a loader yields), stays unknown: a finding about shapes
+(`backward()` of a tensor of 32 elements) rests only on sizes the code itself wrote.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+from typing import Optional
+
+from gradguard import knowledge as K
+from gradguard.engine.values import Const, Num, Obj, Tensor, Tup, int_of, literal_of, tensor_of
+
+Shape = Optional[tuple]
+
+
+def broadcast(shapes: list) -> Shape:
+    """The broadcast of shapes of known rank, None if one is unknown or they do not broadcast.
+    A size broadcast with an unknown one is that size unless it is 1 (which the other wins)."""
+    if any(s is None for s in shapes):
+        return None
+    out: list = []
+    for s in shapes:
+        s = tuple(s)
+        n = max(len(out), len(s))
+        a, b = [1] * (n - len(out)) + out, [1] * (n - len(s)) + list(s)
+        merged = []
+        for x, y in zip(a, b):
+            if x is None or y is None:
+                known = y if x is None else x
+                merged.append(None if known in (None, 1) else known)
+            elif x != y and 1 not in (x, y):
+                return None
+            else:
+                merged.append(y if x == 1 else x)
+        out = merged
+    return tuple(out)
+
+
+def numel(shape: Shape) -> int | None:
+    return None if shape is None or None in shape else prod(shape)
+
+
+def surely_not_one(shape: Shape) -> bool:
+    """Whether a tensor of this shape surely does not have exactly one element: one of its
+    sizes is known and is not 1 (0 elements is not one either)."""
+    return shape is not None and any(d is not None and d != 1 for d in shape)
+
+
+def _dims(v, rank: int) -> tuple | None:
+    """A literal `dim` (an int or a tuple of ints) as non-negative dims of a tensor of `rank`."""
+    one = int_of(v)
+    dims = (one,) if one is not None else None
+    if dims is None and len(v) == 1 and isinstance(next(iter(v)), Tup):
+        dims = tuple(int_of(i) for i in next(iter(v)).items)
+    if dims is None or None in dims or any(not -rank <= d < rank for d in dims) or not rank:
+        return None
+    return tuple(sorted({d % rank for d in dims}))
+
+
+def reduced(shape: Shape, dim, keepdim) -> Shape:
+    """A reduction over `dim` (all of it when `dim` is not given or None)."""
+    if dim is None or dim == frozenset({Const(None)}):
+        return ()  # `x.sum()`: one element, whatever x is
+    if shape is None:
+        return None
+    dims = _dims(dim, len(shape))
+    keep = literal_of(keepdim, bool) if keepdim is not None else False
+    if dims is None or keep is None:
+        return None
+    return tuple(1 if i in dims else n for i, n in enumerate(shape)) if keep else \
+        tuple(n for i, n in enumerate(shape) if i not in dims)
+
+
+def sizes(args: list) -> Shape:
+    """Sizes given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])` (values); a size that is not a
+    literal is unknown (the rank stays known)."""
+    if len(args) == 1 and len(args[0]) == 1 and isinstance(next(iter(args[0])), Tup):
+        args = list(next(iter(args[0])).items)
+    if not args or any(not all(isinstance(a, (Const, Num)) for a in v) for v in args):
+        return None
+    dims = [int_of(a) for a in args]
+    return tuple(d if d is not None and d >= 0 else None for d in dims)
+
+
+def reshaped(shape: Shape, args: list) -> Shape:
+    """`view`/`reshape` to literal sizes, one of which may be -1."""
+    n = numel(shape)
+    if len(args) == 1 and len(args[0]) == 1 and isinstance(next(iter(args[0])), Tup):
+        args = list(next(iter(args[0])).items)
+    dims = [int_of(a) for a in args]
+    if not dims or dims.count(-1) > 1 or any(not all(isinstance(a, (Const, Num)) for a in v) for v in args):
+        return None
+    if n is None or None in dims:  # `x.view(x.size(0), -1)`: the sizes written are known
+        return tuple(d if d is not None and d >= 0 else None for d in dims)
+    known = prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if known == 0 or n % known:
+            return None
+        dims = [n // known if d == -1 else d for d in dims]
+    return tuple(dims) if prod(dims) == n else None
+
+
+def matmul(a: Shape, b: Shape) -> Shape:
+    """`a @ b` for vectors and matrices (the inner sizes must agree for it to run at all)."""
+    if a is None or b is None or not a or not b or len(a) > 2 or len(b) > 2:
+        return None
+    return a[:-1] + b[1:] if len(b) == 2 else a[:-1]
+
+
+def of(v) -> Shape:
+    """The shape of a value: a tensor's, () for a Python number, None otherwise."""
+    t = tensor_of(v)
+    if t is not None and len(v) == 1:
+        return t.shape
+    if v and all(isinstance(a, (Const, Num)) and not isinstance(getattr(a, "value", 0), (str, type(None)))
+                 for a in v):
+        return ()
+    return None
+
+
+def nested(v, exact_items, depth: int = 0) -> Shape:
+    """The shape of `torch.tensor(data)` for nested literal lists of numbers."""
+    if depth > 4:
+        return None
+    if v and all(isinstance(a, (Const, Num)) for a in v):
+        return () if all(not isinstance(getattr(a, "value", 0), (str, type(None))) for a in v) else None
+    items = exact_items(v)
+    if items is None:
+        return None
+    inner = [nested(i, exact_items, depth + 1) for i in items]
+    if not inner:
+        return (0,)
+    if any(s is None for s in inner) or len(set(inner)) != 1:
+        return None
+    return (len(items),) + inner[0]
+
+
+class Shapes:
+    """Mixed into the interpreter: the shape of what factories, ops and layers return."""
+
+    def with_shape(self, v, shape: Shape):
+        """`v` (one tensor) with its shape known."""
+        t = tensor_of(v)
+        if shape is None or t is None or len(v) != 1 or t.shape == shape:
+            return v
+        return frozenset({replace(t, shape=shape)})
+
+    def factory_shape(self, last: str, args: list, kwargs: dict, st) -> Shape:
+        rule = K.FACTORY_SHAPES.get(last)
+        if rule == "sizes":
+            return sizes([kwargs["size"]] if "size" in kwargs else args)
+        if rule == "first":
+            return sizes(args[:1]) if args else None
+        if rule == "last":
+            given = kwargs.get("size") or (args[-1] if args else None)
+            return sizes([given]) if given is not None and len(given) == 1 and \
+                isinstance(next(iter(given)), Tup) else None
+        if rule == "like":
+            return of(args[0]) if args else None
+        if rule == "data":
+            return nested(args[0], lambda x: self.exact_items(x, st)) if args else None
+        return None
+
+    def op_shape(self, info, bound: dict, st) -> Shape:
+        """The shape of an op's result from its inputs' shapes, when torch's tags or the
+        op's kind say how it follows them."""
+        name = info.name.split(".")[-1]
+        if "pointwise" in info.tags:
+            shapes = [of(v) for p, v in bound.items() if p in info.tensor_params or of(v) == ()]
+            return broadcast(shapes) if shapes else None
+        if "reduction" in info.tags and "self" in bound:
+            return reduced(of(bound["self"]), bound.get("dim"), bound.get("keepdim"))
+        loss = K.LOSS_SHAPES.get(name)
+        if loss is not None:
+            return self.loss_shape(loss, bound, bound.get("reduction"), bound.get("reduce"))
+        if name in K.SAME_SHAPE_OPS:
+            first = next((p for p in info.params if p in info.tensor_params), None)
+            return of(bound[first]) if first in bound else None
+        return None
+
+    def loss_shape(self, kind: str, bound: dict, reduction, reduce) -> Shape:
+        """A loss's result: one element unless `reduction='none'` (or the old `reduce=False`);
+        then the broadcast of input and target for an elementwise loss, the batch for a
+        class loss on `(N, C)` scores."""
+        how = literal_of(reduction, str) if reduction is not None else "mean"
+        if reduce is not None and literal_of(reduce, bool) is False and reduction is None:
+            how = "none"
+        if how is None:
+            return None
+        if how != "none":
+            return ()
+        given = [of(v) for p, v in bound.items() if p in ("input", "target", "self")]
+        if kind == "elementwise":
+            return broadcast(given) if given else None
+        scores = of(bound.get("input", bound.get("self", frozenset())))
+        return scores[:1] + scores[2:] if scores is not None and len(scores) >= 2 else None  # (N, C, ...) -> (N, ...)
+
+    def method_shape(self, name: str, t: Tensor, args: list, kwargs: dict) -> Shape:
+        """Shape methods of a tensor: `view`, `reshape`, `flatten`, `unsqueeze`, `squeeze`, `t`."""
+        shape = t.shape
+        if shape is None:
+            return None
+        if name in ("view", "reshape"):
+            return reshaped(shape, args)
+        if name == "flatten" and not kwargs and len(args) <= 1:
+            start = int_of(args[0]) if args else 0
+            if start is None or not -len(shape) <= start < max(len(shape), 1):
+                return None
+            start %= max(len(shape), 1)
+            return shape[:start] + (numel(shape[start:]),)
+        if name == "unsqueeze" and len(args) == 1:
+            d = int_of(args[0])
+            if d is None or not -len(shape) - 1 <= d <= len(shape):
+                return None
+            d %= len(shape) + 1
+            return shape[:d] + (1,) + shape[d:]
+        if name == "squeeze" and not args and not kwargs and None not in shape:
+            return tuple(n for n in shape if n != 1)
+        if name == "t" and len(shape) <= 2:
+            return tuple(reversed(shape))
+        return None
+
+    def indexed_shape(self, t: Tensor, index) -> Shape:
+        """`x[i]` with an int: the first dimension goes."""
+        return t.shape[1:] if t.shape and int_of(index) is not None else None
+
+    def joined_shape(self, name: str, items, dim) -> Shape:
+        """`torch.stack(xs)` / `torch.cat(xs)` along a literal dim of known, equal shapes."""
+        shapes = [of(i) for i in items] if items else None
+        if not shapes or any(s is None for s in shapes):
+            return None
+        d = int_of(dim) if dim is not None else 0
+        if d is None:
+            return None
+        if name == "stack":
+            if len(set(shapes)) != 1 or not -len(shapes[0]) - 1 <= d <= len(shapes[0]):
+                return None
+            d %= len(shapes[0]) + 1
+            return shapes[0][:d] + (len(shapes),) + shapes[0][d:]
+        if name in ("cat", "concat", "concatenate"):
+            rank = len(shapes[0])
+            if not rank or any(len(s) != rank for s in shapes) or not -rank <= d < rank:
+                return None
+            d %= rank
+            if any(s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for s in shapes):
+                return None
+            return shapes[0][:d] + (sum(s[d] for s in shapes),) + shapes[0][d + 1:]
+        return None
+
+    def layer_sizes(self, cls_name: str, info, args: list, kwargs: dict) -> dict:
+        """What a layer's construction says of the shapes it returns: a Linear's
+        `out_features`, a convolution's `out_channels`, a loss's `reduction` (or `reduce`)."""
+        if cls_name == "Linear":
+            out = kwargs.get("out_features", args[1] if len(args) > 1 else None)
+            return {"<out_features>": out} if out is not None else {}
+        if cls_name in K.LAYER_SHAPES.get("channels", ()):
+            out = kwargs.get("out_channels", args[1] if len(args) > 1 else None)
+            return {"<out_channels>": out} if out is not None else {}
+        if info.op in K.LOSS_SHAPES:
+            return {f"<{k}>": kwargs[k] for k in ("reduction", "reduce") if k in kwargs}
+        return {}
+
+    def layer_shape(self, m: Obj, kind: str, args: list, st) -> Shape:
+        """The shape a torch.nn layer returns for `args`."""
+        info = self.builtin_info(m)
+        if info is None or not args:
+            return None
+        if kind == "Linear":
+            return self.linear_shape(m, args[0], st)
+        x = of(args[0])
+        if kind in K.LAYER_SHAPES.get("channels", ()) and x:  # (N, C, *spatial) -> (N, out, ?...)
+            out = int_of(st.get_attr(m.id, "<out_channels>") or frozenset())
+            return x[:1] + (out,) + (None,) * (len(x) - 2) if len(x) >= 2 else None
+        if kind in K.LAYER_SHAPES.get("keep_batch_and_channels", ()) and x and len(x) >= 2:
+            return x[:2] + (None,) * (len(x) - 2)
+        if kind in K.LAYER_SHAPES.get("flatten", ()) and x:
+            return x[:1] + (numel(x[1:]),)
+        loss = K.LOSS_SHAPES.get(info.op)
+        if loss is not None and len(args) >= 2:
+            return self.loss_shape(loss, {"input": args[0], "target": args[1]}, st.get_attr(m.id, "<reduction>"),
+                                   st.get_attr(m.id, "<reduce>"))
+        return of(args[0]) if info.op in K.SAME_SHAPE_OPS else None
+
+    def linear_shape(self, m: Obj, x, st) -> Shape:
+        """`nn.Linear(in, out)(x)`: x's shape with its last size `out`."""
+        out = int_of(st.get_attr(m.id, "<out_features>") or frozenset())
+        shape = of(x)
+        return shape[:-1] + (out,) if out is not None and shape else None
