@@ -524,9 +524,47 @@ def refinement(d):
                           "loss = $criterion($head(h), targets)", *zero, "loss.backward()", *step])
 
 
+REFUSED = {  # kind: (buggy lines, correct lines); `outputs` is the model's, `loss` must be set
+    "numpy": (["outputs = $model(inputs)", "confidence = torch.softmax(outputs, 1).max(1).values.numpy()"],
+              ["outputs = $model(inputs)", "confidence = torch.softmax(outputs, 1).max(1).values.detach().numpy()"]),
+    "nonscalar": (["outputs = $model(inputs)", "loss = F.mse_loss(outputs, torch.randn(4, 4), reduction=\"none\")"],
+                  ["outputs = $model(inputs)",
+                   "loss = F.mse_loss(outputs, torch.randn(4, 4), reduction=\"none\").mean()"]),
+    "flag": (["feats = $model(inputs)", "feats.requires_grad = False", "outputs = $head(feats)"],
+             ["feats = $model(inputs).detach()", "outputs = $head(feats)"]),
+    "inference": (["with torch.inference_mode():", "    feats = $model(inputs)", "outputs = $head(feats)"],
+                  ["with torch.no_grad():", "    feats = $model(inputs)", "outputs = $head(feats)"]),
+    "unused": (["outputs = $head($model(inputs))",
+                "grads = torch.autograd.grad(outputs.pow(2).mean(), list($head.parameters()) + [$scale])",
+                "outputs = outputs * $scale"],
+               ["outputs = $head($model(inputs)) * $scale",
+                "grads = torch.autograd.grad(outputs.pow(2).mean(), list($head.parameters()) + [$scale], "
+                "retain_graph=True)"]),
+}
+
+
+def refused(d):
+    """An op that refuses the tensor it is given (`.numpy()` of one that requires grad, a
+    backward of a per-sample loss, `requires_grad` set on a computed tensor, an inference
+    tensor saved for backward, `autograd.grad` of an unused tensor, an optimizer given a
+    scaled leaf), each next to its correct twin."""
+    kind = d.pick("refused", list(REFUSED) + ["nonleaf"])
+    wrong = d.pick("refused_variant", ["buggy", "correct"]) == "buggy"
+    if kind == "nonleaf":
+        init = "torch.randn(8, 4, requires_grad=True) * 0.1" if wrong else "(torch.randn(8, 4) * 0.1).requires_grad_()"
+        setup = [f"$weight = {init}", f"$optimizer = {d.optimizer('[$weight]')}"]
+        return setup, d.loop(["inputs = torch.randn(4, 8)", "loss = (inputs @ $weight).pow(2).mean()",
+                              "$optimizer.zero_grad()", "loss.backward()", "$optimizer.step()"])
+    setup, zero, step, target = d.model({"model": d.net(8, 16, 4), "head": "nn.Linear(4, 4)"}, criterion=False)
+    setup.append("$scale = torch.ones(1, requires_grad=True)")
+    lines = REFUSED[kind][0 if wrong else 1]
+    loss = [] if any(line.startswith("loss =") for line in lines) else ["loss = outputs.pow(2).mean()"]
+    return setup, d.loop(["inputs = torch.randn(4, 8)", *lines, *loss, *zero, "loss.backward()", *step])
+
+
 PATTERNS = {f.__name__: f for f in (plain, gan, recurrent, prefeature, memory_bank, double_backward,
                                      shared_subgraph, accumulation, running_total, manual_update,
-                                     detached_loss, refinement)}
+                                     detached_loss, refinement, refused)}
 WEIGHTS = {name: 2 if name in ("manual_update", "detached_loss") else 1 for name in PATTERNS}  # the rarer kinds
 IMPORTS = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
 

@@ -264,6 +264,12 @@ REFUSED = [  # (program, raising line, torch 2.13's message, the rule, the line 
     ("import torch\nx = torch.randn(3, requires_grad=True)\ny = x * 2\ny.requires_grad = False\n", 4,
      "RuntimeError: you can only change requires_grad flags of leaf variables. If you want to use a computed "
      "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach().", "GG008", 3),
+    ("import torch\nx = torch.randn(8, 3, requires_grad=True)\ny = x ** 2\ny.backward()\n", 4,
+     "RuntimeError: grad can be implicitly created only for scalar outputs", "GG006", 3),
+    ("import torch\nw = torch.randn(3, requires_grad=True)\nwith torch.inference_mode():\n    x = torch.randn(3) * 2\n"
+     "loss = (x * w).sum()\n", 5,
+     "RuntimeError: Inference tensors cannot be saved for backward. To work around you can make a clone to get a "
+     "normal tensor and use it in autograd.", "GG009", 3),
 ]
 
 
@@ -275,6 +281,17 @@ def test_an_op_that_refuses_its_tensor_is_explained(train, source, line, message
     assert found.finding.code == code == found.rule.code
     assert [(s.role, s.line) for s in found.sites] == [("origin", origin)]
     assert found.raised.line == line and f"More: gradguard rule {code}" in found.text()
+
+
+def test_an_unused_input_of_autograd_grad_is_explained(train):
+    source = ("import torch\nx = torch.randn(3, requires_grad=True)\ny = torch.randn(3, requires_grad=True)\n"
+              "gx, gy = torch.autograd.grad((x * 2).sum(), [x, y])\n")
+    train.write_text(source, encoding="utf-8")
+    message = ("RuntimeError: The differentiated Tensor at index 1 appears to not have been used in the graph. "
+               "Set allow_unused=True if this is the desired behavior.")
+    found = explain(traceback_of(train, line=4, source=source.splitlines()[3], message=message), cwd=train.parent)
+    assert found.kind == "grad_unused" and found.finding.code == "GG010" == found.rule.code
+    assert "materialize_grads=True" in found.text()
 
 
 def test_a_message_alone_gets_the_general_explanation():

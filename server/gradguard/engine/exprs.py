@@ -157,8 +157,13 @@ class Expressions:
         if tensor_of(right) is not None:  # `2 - x` is x.__rsub__(2)
             return self.apply_op(f"__r{name}__", node, [right, left], {}, st, arg_nodes=[right_node, left_node])
         seqs = objs_of(left, "list") + objs_of(right, "list")
-        if seqs and isinstance(op, ast.Add):
-            return self.make_sequence(join(self.iter_elements(left, st), self.iter_elements(right, st)), st, node)
+        if seqs and isinstance(op, ast.Add):  # `list(a.parameters()) + list(b.parameters())`
+            li, ri = self.exact_items(left, st), self.exact_items(right, st)
+            out = self.make_sequence(join(self.iter_elements(left, st), self.iter_elements(right, st)), st, node,
+                                     nonempty=self.is_nonempty(left, st) or self.is_nonempty(right, st) or None,
+                                     items=tuple(li) + tuple(ri) if li is not None and ri is not None else None)
+            self.contains(out, self.contained(left, st) | self.contained(right, st), st)
+            return out
         if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
             li, ri = self.exact_items(left, st), self.exact_items(right, st)
             return frozenset({Tup(tuple(li) + tuple(ri))}) if li is not None and ri is not None else UNKNOWN
@@ -323,6 +328,7 @@ class Expressions:
         they are no longer known one by one, nor which tensors it surely holds."""
         st.set_attr(obj.id, "<items>", UNKNOWN)
         st.set_attr(obj.id, HELD, HELD_NOTHING)
+        st.set_attr(obj.id, self.CONTAINS, UNKNOWN)
 
     def set_dict_item(self, obj: Obj, key, v, st):
         """`d[key] = v`.  Under a key not known, any item may be the one replaced: each known

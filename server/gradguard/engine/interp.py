@@ -923,6 +923,9 @@ class Interpreter(Expressions, TorchSemantics):
         inference = node in self.inference_funcs
         if inference:
             self.inference_sites.append(node)
+        # the function runs whole on the path where it is the one called: its own ops are not
+        # applied to one alternative of something else (see `alternatives`)
+        several, self.one_of_several = self.one_of_several, False
         statement = self.statement
         try:
             if isinstance(node, ast.Lambda):
@@ -941,6 +944,7 @@ class Interpreter(Expressions, TorchSemantics):
                 self.no_grad_sites.pop()
             if inference:
                 self.inference_sites.pop()
+            self.one_of_several = several
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap

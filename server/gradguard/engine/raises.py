@@ -14,7 +14,7 @@ import ast
 
 from gradguard import knowledge as K
 from gradguard.engine.shapes import surely_not_one
-from gradguard.engine.values import CARRIES, Obj, Tensor, const, item_attr
+from gradguard.engine.values import CARRIES, Const, Obj, Tensor, const, item_attr
 from gradguard.facts import Raise
 
 
@@ -178,23 +178,41 @@ class RaiseChecks:
                     self.note_raise("grad_unused", node, item_node, x, origin=())
                     return
             return
-        for obj in self.trainable_modules(inputs, st):
-            if ("params", obj.id) not in reached:
-                self.note_raise("grad_unused", node, inputs_node, t, origin=())
-                return
+        elems = sure_tensor(self.iter_elements(inputs, st))
+        if elems is None or elems.rg is not True:
+            return  # an element that does not require grad raises another error first
+        if self.contained(inputs, st) - reached:
+            self.note_raise("grad_unused", node, inputs_node, t, origin=())
 
-    def trainable_modules(self, inputs, st) -> list:
-        """The torch.nn layers with parameters that surely require grad among the modules
-        whose `parameters()` the list `inputs` holds, when it holds nothing else."""
-        lists = [a for a in inputs if isinstance(a, Obj) and a.kind == "list"]
-        if len(inputs) != 1 or not lists:
-            return []
-        t = sure_tensor(st.get_attr(lists[0].id, "<elems>") or frozenset())
-        if t is None or t.rg is not True or not t.objs or any(o[0] != "params" for o in t.objs):
-            return []
-        mods = [Obj(o[1], "module") for o in t.objs]
-        return [m for m in mods if (info := self.builtin_info(m)) is not None and info.has_params
-                and self.module_rg(m, st) is True]
+    # ----------------------------------------------------------------- what a list surely holds
+    CONTAINS = "<contains>"
+
+    def contains(self, v, storages: frozenset, st) -> None:
+        """Record on the list `v` the storages of tensors requiring grad it surely holds
+        (`list(head.parameters()) + [scale]`: head's weights and `scale`), which its exact
+        items may not show one by one."""
+        for a in v:
+            if isinstance(a, Obj) and a.kind == "list":  # set even when empty: a join with it keeps nothing
+                st.set_attr(a.id, self.CONTAINS, const(storages))
+
+    def contained(self, v, st) -> frozenset:
+        """The storages of tensors requiring grad surely among the elements of `v`."""
+        if len(v) != 1:
+            return frozenset()
+        (a,) = tuple(v)
+        items = self.exact_items(v, st)
+        sure = frozenset(o for item in items or () if requires_grad(x := sure_tensor(item)) and len(x.objs) == 1
+                         for o in x.objs)
+        if isinstance(a, Obj) and a.kind == "list":
+            known = st.get_attr(a.id, self.CONTAINS)
+            if known is not None and len(known) == 1 and isinstance(c := next(iter(known)), Const):
+                sure |= c.value
+        return sure
+
+    def trainable_layers(self, m: Obj, st) -> list:
+        """The torch.nn layers under `m` whose parameters surely require grad."""
+        return [x for x in self.submodules(m, st) if (info := self.builtin_info(x)) is not None and info.has_params
+                and self.module_rg(x, st) is True]
 
     # ----------------------------------------------------------------- backward of a non-scalar
     def implicit_gradient(self, node, target, outputs, st) -> None:

@@ -182,6 +182,12 @@ class Shapes:
         loss = K.LOSS_SHAPES.get(name)
         if loss is not None:
             return self.loss_shape(loss, bound, bound.get("reduction"), bound.get("reduce"))
+        if name == "flatten" and "self" in bound:  # `torch.flatten(x, 1)`
+            return self.method_shape("flatten", tensor_of(bound["self"]) or Tensor(),
+                                     [bound["start_dim"]] if "start_dim" in bound else [], {}) \
+                if "end_dim" not in bound else None
+        if name in K.INDEX_SHAPE_OPS:
+            return of(bound["index"]) if "index" in bound else None
         if name in K.SAME_SHAPE_OPS:
             first = next((p for p in info.params if p in info.tensor_params), None)
             return of(bound[first]) if first in bound else None
@@ -253,7 +259,8 @@ class Shapes:
             d %= rank
             if any(s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:] for s in shapes):
                 return None
-            return shapes[0][:d] + (sum(s[d] for s in shapes),) + shapes[0][d + 1:]
+            joined = None if any(s[d] is None for s in shapes) else sum(s[d] for s in shapes)
+            return shapes[0][:d] + (joined,) + shapes[0][d + 1:]
         return None
 
     def layer_sizes(self, cls_name: str, info, args: list, kwargs: dict) -> dict:

@@ -642,8 +642,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({replace(t, leaf=leaf, inference=self.inference_site())})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
-        if name in K.NONDIFF_METHODS:
-            return self.fresh_tensor(node, st, rg=False, inputs=[v])
+        if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
+            return self.with_shape(self.fresh_tensor(node, st, rg=False, inputs=[v]),
+                                   t.shape if name in K.SAME_SHAPE_OPS and not args else None)
         if name == "register_hook":
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
@@ -795,6 +796,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 st.set_attr(obj.id, name, UNKNOWN)
             if obj.kind == "list":
                 st.set_attr(obj.id, HELD, HELD_NOTHING)
+                st.set_attr(obj.id, self.CONTAINS, UNKNOWN)
             return
         attrs = {"<elems>": EMPTY}
         if obj.kind == "dict":
@@ -868,8 +870,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.make_parser(st, node)
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
-        if dotted in ("itertools.chain",):
-            return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node, nonempty=None)
+        if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
+            return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node,
+                                      nonempty=any(self.is_nonempty(a, st) for a in args) or None)
         if (dotted in K.TO_NUMPY.functions or dotted in K.TO_NUMPY.sequence_functions and is_sequence(args[0])) \
                 and args and node.args:
             self.to_numpy(node, node.args[0], args[0], kwargs, st, sequence=True)
@@ -1078,9 +1081,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if not args:
                 return self.make_sequence(EMPTY, st, node)
             items = self.exact_items(src, st)
-            return self.make_sequence(self.iter_elements(src, st), st, node,
-                                      nonempty=self.is_nonempty(src, st) or None,
-                                      items=items if name in ("list", "tuple", "iter") else None)
+            out = self.make_sequence(self.iter_elements(src, st), st, node,
+                                     nonempty=self.is_nonempty(src, st) or None,
+                                     items=items if name in ("list", "tuple", "iter") else None)
+            self.contains(out, self.contained(src, st), st)
+            return out
         if name == "map" and len(args) >= 2:
             elems = self.iter_elements(args[1], st)
             return self.make_sequence(self.call_value(args[0], [elems], {}, st, node), st, node)
@@ -1115,6 +1120,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)  # any module may hold it now
             for obj in objs_of(a0):
                 st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+                for known in [n for n in st.heap.get(obj.id) or () if not n.startswith("<")]:
+                    st.set_attr(obj.id, known, args[2], strong=False)  # it may be the one replaced
                 self.may_thaw([obj] if obj.kind == "module" else [], st)
             return NONE
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
@@ -1297,7 +1304,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if name != "add_module":
                 return frozenset({m})
         if name == "parameters":
-            return self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
+            out = self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
+            self.contains(out, frozenset(("params", x.id) for x in self.trainable_layers(m, st)), st)
+            return out
         if name == "buffers":
             if any(self.module_kind.get(x.id) == "opaque" for x in self.submodules(m, st)):
                 return self.make_sequence(UNKNOWN, st, node)  # buffers the engine cannot see

@@ -35,9 +35,10 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
-    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``LAYER_SHAPES``
+    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``INDEX_SHAPE_OPS`` / ``LAYER_SHAPES``
         where shapes are known from: how a factory states its sizes, the shape a loss
-        returns with ``reduction='none'``, ops that keep their input's shape, layers by
+        returns with ``reduction='none'``, ops that keep their input's shape or take their
+        index's (``gather``), layers by
         what they keep of ``(N, C, *spatial)``.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
@@ -79,7 +80,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "LAYER_SHAPES", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
@@ -572,6 +573,8 @@ def _api_table(name: str):
         return FrozenMap((k, frozenset(v)) for k, v in api["shapes"]["layers"].items())
     if name == "SAME_SHAPE_OPS":
         return frozenset(api["shapes"]["same_shape"])
+    if name == "INDEX_SHAPE_OPS":
+        return frozenset(api["shapes"]["index_shape"])
     if name == "AUTOGRAD_GRAD_UNUSED_KEYWORDS":
         return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":

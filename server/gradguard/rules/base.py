@@ -68,11 +68,23 @@ class Rule:
                        self.predicts)
 
 
+class RaiseRule(Rule):
+    """A rule about the ops that refuse the tensor they are given (`facts.Raise` of its
+    `predicts` kind): the engine decides where they surely raise, the rule words it."""
+
+    def raises(self, facts) -> list:
+        return [r for r in facts.raises.values() if r.kind == self.predicts]
+
+
+def named(facts, r, otherwise: str) -> str:
+    """The offending expression of a `Raise` in backquotes, or `otherwise`."""
+    return f"`{facts.text(r.target)}`" if r.target is not None else otherwise
+
+
 def origin_related(facts, r, what: str) -> tuple[Related, ...]:
     """Where the value a `Raise` is about got what makes the op raise (`... computed here,
     with a graph`), as a related location."""
-    name = f"`{facts.text(r.target)}`" if r.target is not None else "the tensor"
-    return tuple(Related(facts.span(node), f"{name} is {what}") for node in r.origin)
+    return tuple(Related(facts.span(node), f"{named(facts, r, 'the tensor')} is {what}") for node in r.origin)
 
 
 class FindingsRule(Rule):

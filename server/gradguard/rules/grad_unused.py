@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.rules.base import Rule
+from gradguard.rules.base import RaiseRule
 
 
-class GradUnused(Rule):
+class GradUnused(RaiseRule):
     """
     ## What it does
     Flags `torch.autograd.grad(outputs, inputs)` where one of the inputs (a tensor that
@@ -79,9 +79,7 @@ grads = torch.autograd.grad(loss, params)  # error
     ]
 
     def check(self, facts: Facts):
-        for r in facts.raises.values():
-            if r.kind != self.predicts:
-                continue
+        for r in self.raises(facts):
             if r.target is not None:
                 what = (f"`{facts.text(r.target)}`, which the outputs do not depend on (if they were computed from "
                         f"a copy of it, that copy is the tensor to differentiate)")

@@ -6,10 +6,10 @@ import ast
 from gradguard import fixes
 from gradguard.facts import Facts
 from gradguard.findings import Related
-from gradguard.rules.base import Rule
+from gradguard.rules.base import RaiseRule, named
 
 
-class InferenceTensor(Rule):
+class InferenceTensor(RaiseRule):
     """
     ## What it does
     Flags a tensor made inside `torch.inference_mode()` (a `with` block or a function
@@ -89,13 +89,13 @@ mean += 1  # error
         # The first op of a statement to run raises and the rest never runs: `x.mul_(a).add_(b)`
         # is one error, at `x.mul_(a)`, which finishes first.
         raised = set()
-        for r in sorted((r for r in facts.raises.values() if r.kind == self.predicts),
+        for r in sorted(self.raises(facts),
                         key=lambda r: (r.node.end_lineno, r.node.end_col_offset)):
             stmt = fixes.statement_of(facts, r.node)
             if stmt in raised:
                 continue
             raised.add(stmt)
-            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "a tensor"
+            tensor = named(facts, r, "a tensor")
             where = ", ".join(_where(facts, o) for o in r.origin)
             if _changes(facts, r):
                 what = ("is changed in place outside inference mode: this raises 'Inplace update to inference tensor "

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.rules.base import Rule, origin_related
+from gradguard.rules.base import RaiseRule, named, origin_related
 
 
-class NonLeafOptimizer(Rule):
+class NonLeafOptimizer(RaiseRule):
     """
     ## What it does
     Flags a `torch.optim` optimizer (or its `add_param_group`) given a tensor that is the
@@ -72,10 +72,8 @@ optimizer = torch.optim.Adam([{"params": [prompt], "lr": 1e-3}])  # error
     ]
 
     def check(self, facts: Facts):
-        for r in facts.raises.values():
-            if r.kind != self.predicts:
-                continue
-            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "a tensor"
+        for r in self.raises(facts):
+            tensor = named(facts, r, "a tensor")
             message = (f"{tensor} is not a leaf (an operation computed it) and the optimizer is given it: "
                        f"this raises \"can't optimize a non-leaf Tensor\"")
             yield self.finding(message, facts.span(r.node), origin_related(facts, r, "computed here, not a leaf"),

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.rules.base import Rule, origin_related
+from gradguard.rules.base import RaiseRule, named, origin_related
 
 
-class NonScalarBackward(Rule):
+class NonScalarBackward(RaiseRule):
     """
     ## What it does
     Flags `y.backward()` and `torch.autograd.grad(y, x)` without a `gradient` (or
@@ -78,10 +78,8 @@ loss.backward()  # error
     ]
 
     def check(self, facts: Facts):
-        for r in facts.raises.values():
-            if r.kind != self.predicts:
-                continue
-            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "the output"
+        for r in self.raises(facts):
+            tensor = named(facts, r, "the output")
             message = (f"{tensor} has more than one element and no gradient is given for it: this raises 'grad can be "
                        f"implicitly created only for scalar outputs'")
             yield self.finding(message, facts.span(r.node), origin_related(facts, r, "computed here"),

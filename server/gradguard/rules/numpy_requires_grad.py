@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.rules.base import Rule, origin_related
+from gradguard.rules.base import RaiseRule, named, origin_related
 
 
-class NumpyRequiresGrad(Rule):
+class NumpyRequiresGrad(RaiseRule):
     """
     ## What it does
     Flags `t.numpy()`, and the numpy functions that call it (`np.array(t)`,
@@ -78,10 +78,8 @@ scores = np.asarray(model(torch.randn(8, 4)))  # error
     ]
 
     def check(self, facts: Facts):
-        for r in facts.raises.values():
-            if r.kind != self.predicts:
-                continue
-            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "a tensor it is given"
+        for r in self.raises(facts):
+            tensor = named(facts, r, "a tensor it is given")
             message = (f"{tensor} requires grad and gradients are recorded here: converting it to numpy raises "
                        f"'Can't call numpy() on Tensor that requires grad'")
             yield self.finding(message, facts.span(r.node), origin_related(facts, r, "computed here, with a graph"),

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
-from gradguard.rules.base import Rule, origin_related
+from gradguard.rules.base import RaiseRule, named, origin_related
 
 
-class RequiresGradNonLeaf(Rule):
+class RequiresGradNonLeaf(RaiseRule):
     """
     ## What it does
     Flags `t.requires_grad = ...` and `t.requires_grad_(False)` on a tensor that an
@@ -77,10 +77,8 @@ features.requires_grad_(False)  # error
     ]
 
     def check(self, facts: Facts):
-        for r in facts.raises.values():
-            if r.kind != self.predicts:
-                continue
-            tensor = f"`{facts.text(r.target)}`" if r.target is not None else "this tensor"
+        for r in self.raises(facts):
+            tensor = named(facts, r, "this tensor")
             message = (f"{tensor} is not a leaf (an operation computed it from tensors that require grad): changing "
                        f"its requires_grad raises 'you can only change requires_grad flags of leaf variables'")
             yield self.finding(message, facts.span(fixes.statement_of(facts, r.node)),
