@@ -177,6 +177,7 @@ class Interpreter(Expressions, TorchSemantics):
         # weight-init helpers are called under no_grad): an in-place op on a leaf is not reported.
         self.caller_unknown = False
         self.one_of_several = False  # a call runs on one alternative of what it calls (see `alternatives`)
+        self.default_dtype_set = False  # `torch.set_default_dtype` seen: float factories' dtype not known
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
         self.inference_sites: list = []  # the inference_mode blocks being executed (see `stmt_With`)
         self.once_bound: dict = {}  # function -> the names it binds once (see `closure`)

@@ -48,6 +48,12 @@ BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", 
                            "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars"})
 
 
+def device_given(args, kwargs) -> bool:
+    """Whether a `.to(...)` call names a device (a string or a device object) besides a dtype,
+    which may copy it whatever the dtype."""
+    return "device" in kwargs or any(not any(isinstance(a, Ref) for a in v) for v in args)
+
+
 def reached(inputs) -> frozenset | None:
     """What a result's graph may reach: its inputs that may require grad, and what theirs
     reach; None when an input is not known (it may have brought any graph)."""
@@ -637,9 +643,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.to_numpy(node, recv, v, kwargs, st)
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
-        if name in CONVERSIONS and (t.rg is not False or t.inference is not None):
+        if name in CONVERSIONS:
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
-            return frozenset({replace(t, leaf=leaf, inference=self.inference_site())})
+            inference = self.inference_site() if t.inference is not None else None
+            dtype = self.converted_dtype(name, args, kwargs) or (t.dtype if name in ("cuda", "cpu") else None)
+            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype)})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
@@ -660,7 +668,31 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             literal_of(device, str), str) and literal_of(device, str).startswith("cuda")
         if to_gpu and t.rg is True:
             return False
+        target = self.converted_dtype(name, args, kwargs)
+        if target is not None and t.dtype is not None and t.rg is True:
+            if target != t.dtype:
+                return False  # another dtype: a copy, with a grad_fn, whatever the device
+            if name != "to" or not device_given(args, kwargs):
+                return t.leaf  # the same dtype on the same device: the tensor itself
         return t.leaf if t.leaf is False else None
+
+    def converted_dtype(self, name, args, kwargs):
+        """The dtype `.double()` or `.to(torch.float64)` converts to, when known."""
+        if name in K.DTYPE_METHODS:
+            return K.DTYPE_METHODS[name]
+        if name == "to":
+            given = kwargs.get("dtype") or next((a for a in args if self.dtype_named(a)), None)
+            return self.dtype_named(given) if given is not None else None
+        return None
+
+    def dtype_named(self, v):
+        """"float64" for the value `torch.float64` (or `torch.double`), None if not one."""
+        names = {"double": "float64", "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
+        for a in v if len(v) == 1 else ():
+            if isinstance(a, Ref) and a.dotted.startswith("torch."):
+                last = a.dotted.rsplit(".", 1)[-1]
+                return names.get(last, last)
+        return None
 
     # ----------------------------------------------------------------- method calls on anything
     def call_method(self, recv, name, args, kwargs, st, node):
@@ -946,12 +978,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             # `torch.tensor(log_probs)` copies the values of the tensors in a list, not their graph
             copied = [self.iter_elements(a, st) for a in args[:1] if is_sequence(a)]
-            return self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
+            made = self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
                                    self.factory_shape(last, args, kwargs, st))
+            dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
+                ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None)
+            return frozenset({replace(tensor_of(made), dtype=dtype)}) if dtype else made
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
                                    self.joined_shape(last, self.exact_items(args[0], st), dim))
+        if last == "set_default_dtype":
+            self.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
                                                 "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
             return UNKNOWN

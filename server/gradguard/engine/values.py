@@ -66,6 +66,7 @@ class Tensor:
     # differentiate it by), None when not known (an unknown call may have used anything)
     deps: Optional[frozenset] = None
     shape: Optional[tuple] = None  # its sizes, when the program states them (see engine/shapes.py)
+    dtype: Optional[str] = None  # "float32", "float64", ... when surely that
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -228,7 +229,7 @@ def join_tensors(ts: list) -> Tensor:
                   frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)),
                   _tri_join_all(t.inference for t in ts),
                   None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)),
-                  _tri_join_all(t.shape for t in ts))
+                  _tri_join_all(t.shape for t in ts), _tri_join_all(t.dtype for t in ts))
 
 
 MAX_ATOMS = 12
