@@ -71,10 +71,15 @@ class RaiseChecks:
         items = self.exact_items(v, st)
         if items is not None:
             return next((t for item in items if requires_grad(t := sure_tensor(item))), None)
-        lists = [a for a in v if isinstance(a, Obj) and a.kind == "list"]
-        if len(v) == 1 and lists and st.get_attr(lists[0].id, "<nonempty>") == const(True):
-            t = sure_tensor(st.get_attr(lists[0].id, "<elems>") or frozenset())
-            return t if requires_grad(t) else None
+        t = self.each_element(v, st)
+        return t if requires_grad(t) else None
+
+    def each_element(self, v, st) -> Tensor | None:
+        """The tensor standing for every element of `v`, a list that surely has one, when every
+        element is surely a tensor (its facts then hold of the first one, whatever it is)."""
+        (a,) = tuple(v) if len(v) == 1 else (None,)
+        if isinstance(a, Obj) and a.kind == "list" and st.get_attr(a.id, "<nonempty>") == const(True):
+            return sure_tensor(st.get_attr(a.id, "<elems>") or frozenset())
         return None
 
     # ----------------------------------------------------------------- optimizers
@@ -100,11 +105,8 @@ class RaiseChecks:
             return self.nonleaf_param(params, inner, st, depth + 1) if params is not None else None
         items = self.exact_items(v, st)
         if items is None:
-            if isinstance(a, Obj) and a.kind == "list" and st.get_attr(a.id, "<nonempty>") == const(True):
-                elems = st.get_attr(a.id, "<elems>") or frozenset()
-                t = sure_tensor(elems)
-                return (node, t) if non_leaf(t) else None
-            return None
+            t = self.each_element(v, st)
+            return (node, t) if non_leaf(t) else None
         nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else \
             [None] * len(items)
         for item, item_node in zip(items, nodes):

@@ -76,6 +76,19 @@ class RaiseRule(Rule):
         return [r for r in facts.raises.values() if r.kind == self.predicts]
 
 
+def first_per_statement(facts, items):
+    """(item, statement) for the op of each statement that finishes first: torch raises there
+    and the rest of the statement never runs (`w.mul_(d).add_(x)` is one error, at `w.mul_(d)`)."""
+    from gradguard.fixes import statement_of
+
+    raised = set()
+    for item in sorted(items, key=lambda f: (f.node.end_lineno, f.node.end_col_offset)):
+        stmt = statement_of(facts, item.node)
+        if stmt not in raised:
+            raised.add(stmt)
+            yield item, stmt
+
+
 def named(facts, r, otherwise: str) -> str:
     """The offending expression of a `Raise` in backquotes, or `otherwise`."""
     return f"`{facts.text(r.target)}`" if r.target is not None else otherwise

@@ -6,7 +6,7 @@ import ast
 from gradguard import fixes
 from gradguard.facts import Facts
 from gradguard.findings import Related
-from gradguard.rules.base import RaiseRule, named
+from gradguard.rules.base import RaiseRule, first_per_statement, named
 
 
 class InferenceTensor(RaiseRule):
@@ -86,15 +86,7 @@ mean += 1  # error
     ]
 
     def check(self, facts: Facts):
-        # The first op of a statement to run raises and the rest never runs: `x.mul_(a).add_(b)`
-        # is one error, at `x.mul_(a)`, which finishes first.
-        raised = set()
-        for r in sorted(self.raises(facts),
-                        key=lambda r: (r.node.end_lineno, r.node.end_col_offset)):
-            stmt = fixes.statement_of(facts, r.node)
-            if stmt in raised:
-                continue
-            raised.add(stmt)
+        for r, _ in first_per_statement(facts, self.raises(facts)):
             tensor = named(facts, r, "a tensor")
             where = ", ".join(_where(facts, o) for o in r.origin)
             if _changes(facts, r):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from gradguard.facts import Facts
 from gradguard import fixes
-from gradguard.rules.base import Rule
+from gradguard.rules.base import Rule, first_per_statement
 
 
 class LeafInplace(Rule):
@@ -72,16 +72,7 @@ lin.weight[:, 0] -= 0.5  # error
     ]
 
     def check(self, facts: Facts):
-        # The first in-place op of a statement to run raises, and the rest of it never runs:
-        # `w.mul_(d).add_(x)` is one error, at `w.mul_(d)`, which finishes first.
-        leaf = sorted((f for f in facts.inplaces.values() if f.leaf_requires_grad),
-                      key=lambda f: (f.node.end_lineno, f.node.end_col_offset))
-        raised = set()
-        for f in leaf:
-            stmt = fixes.statement_of(facts, f.node)
-            if stmt in raised:
-                continue
-            raised.add(stmt)
+        for f, stmt in first_per_statement(facts, (f for f in facts.inplaces.values() if f.leaf_requires_grad)):
             target = facts.text(f.target) if f.target is not None else "the tensor"
             kind = "a view of a leaf tensor" if f.is_view_of_leaf else "a leaf tensor"
             message = (f"in-place change of `{target}`, {kind} that requires grad, while gradients are recorded: "
