@@ -1191,11 +1191,17 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     the name the model reads and the optimizer holds is one leaf.  Only where the optimizer
     is given that very name: elsewhere the model would read another tensor than the one
     optimized."""
-    if r.target is None or not r.origin:
+    if r.target is None:
         return ()
-    stmt = statement_of(facts, r.origin[0])
-    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 \
-            or facts.text(stmt.targets[0], 200) != facts.text(r.target, 200):
+    name = facts.text(r.target, 200)
+    if r.origin:
+        stmt = statement_of(facts, r.origin[0])
+    else:  # made a non-leaf by a conversion (`.to(torch.float64)`), no graph region: its last assignment
+        scope = r.function if r.function is not None and not facts.foreign(r.function) else None
+        assigned = [n for n in facts.nodes(scope, ast.Assign) if before(n, r.node) and len(n.targets) == 1
+                    and facts.text(n.targets[0], 200) == name]
+        stmt = max(assigned, key=position) if assigned else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or facts.text(stmt.targets[0], 200) != name:
         return ()
     return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed",
                        (edit(facts, "new_leaf", stmt.value),))])
