@@ -619,6 +619,16 @@ def _new_leaf(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
 
 
+def _detach_each(doc: _Doc, e: Edit):
+    """`X` (a list of tensors) -> `[t.detach() for t in X]`."""
+    found = _expression(doc, e.span, (ast.Name, ast.Attribute))
+    if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
+        return None
+    _, module, expr = found
+    new = cst.parse_expression(f"[t.detach() for t in {module.code_for_node(expr)}]")
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
+
+
 def _without_call(method: str, attribute: str | None = None):
     """`X.method()` (or `X.attribute`) becomes `X`, with X's own parentheses, so
     `(a + b).detach() * c` stays `(a + b) * c`."""
@@ -1118,6 +1128,7 @@ _HANDLERS = {
     "move_after": _move,
     "remove_detach": _without_call("detach", attribute="data"),
     "new_leaf": _new_leaf,
+    "detach_each": _detach_each,
     "remove_item": _without_call("item"),
     "stack": _stack,
     "unwrap_item": _unwrap_item,

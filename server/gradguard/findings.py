@@ -52,6 +52,7 @@ class Edit:
     - "move_into_loop": move the statement at `span` to the top of the loop body at `target`;
     - "move_after": move the statement at `span` to just after the statement at `target`;
     - "new_leaf": the expression at `span` becomes `(X).detach().requires_grad_()`;
+    - "detach_each": the list at `span` becomes `[t.detach() for t in X]`;
     - "remove_detach": the expression at `span` is `X.detach()` or `X.data`: it becomes `X`;
     - "remove_item": the call at `span` is `X.item()`: it becomes `X`;
     - "stack": the call at `span` is `torch.tensor(xs)`: it becomes `torch.stack(xs)`;

@@ -1179,6 +1179,9 @@ def numpy_detach(facts: Facts, r) -> tuple[Fix, ...]:
         elements = [given.elt]
     elif isinstance(given, (ast.List, ast.Tuple)):
         elements = [e for e in given.elts if not isinstance(e, (ast.Constant, ast.Starred))]
+    elif isinstance(given, (ast.Name, ast.Attribute)):  # `np.array(self.costs)`: a list of tensors kept
+        return ranked([Fix(f"Detach the tensors of `{facts.text(given)}` before converting them to numpy",
+                           (edit(facts, "detach_each", given),), applicability="safe")])
     else:
         return ()
     return ranked([Fix("Detach the tensors before converting them to numpy",
