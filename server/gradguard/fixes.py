@@ -1196,6 +1196,8 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     optimized."""
     if r.target is None:
         return ()
+    if _chains_elements(r.target):
+        return _chain_iterables(facts, r.target)
     name = facts.text(r.target, 200)
     if r.origin:
         stmt = statement_of(facts, r.origin[0])
@@ -1208,6 +1210,25 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
         return ()
     return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed",
                        (edit(facts, "new_leaf", stmt.value),))])
+
+
+def _chains_elements(node) -> bool:
+    """`itertools.chain(*model.parameters(), w)`: the parameters unpacked into the call, so
+    chain iterates each tensor and yields its rows (views, not leaves)."""
+    return isinstance(node, ast.Call) and _last_name(node.func) == "chain" and any(
+        isinstance(a, ast.Starred) and isinstance(a.value, ast.Call) and _last_name(a.value.func) == "parameters"
+        for a in node.args)
+
+
+def _chain_iterables(facts: Facts, call: ast.Call) -> tuple[Fix, ...]:
+    """`chain(*m.parameters(), w)` -> `chain(m.parameters(), [w])`: chain the collections of
+    tensors, each tensor whole."""
+    parts = [facts.text(a.value, 400) if isinstance(a, ast.Starred) else f"[{facts.text(a, 400)}]" for a in call.args]
+    if call.keywords or any(len(p) >= 400 for p in parts):
+        return ()
+    text = f"{facts.text(call.func, 400)}({', '.join(parts)})"
+    return ranked([Fix("Chain the parameter collections, not their tensors' rows", (edit(facts, "replace", call, text),),
+                       applicability="safe")])
 
 
 def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
