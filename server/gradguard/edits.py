@@ -597,26 +597,18 @@ def _expression(doc: _Doc, sp: Span, kinds=ast.expr):
     return path, module, expr.with_changes(lpar=expr.lpar[1:], rpar=expr.rpar[:-1])
 
 
-def _method(name: str):
+def _method(*names: str):
+    """`X` -> `X.name()`, or `X.a().b()` for several names (X parenthesized if it needs it)."""
     def handler(doc: _Doc, e: Edit):
         found = _expression(doc, e.span)
         if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
             return None
-        _, module, expr = found
-        new = cst.Call(func=cst.Attribute(value=_parenthesized(expr), attr=cst.Name(name)))
+        _, module, new = found
+        new = _parenthesized(new)
+        for name in names:
+            new = cst.Call(func=cst.Attribute(value=new, attr=cst.Name(name)))
         return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
     return handler
-
-
-def _new_leaf(doc: _Doc, e: Edit):
-    """`X` -> `X.detach().requires_grad_()` (X parenthesized if it needs it)."""
-    found = _expression(doc, e.span)
-    if found is None:
-        return None
-    _, module, expr = found
-    detached = cst.Call(func=cst.Attribute(value=_parenthesized(expr), attr=cst.Name("detach")))
-    new = cst.Call(func=cst.Attribute(value=detached, attr=cst.Name("requires_grad_")))
-    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
 
 
 def _detach_each(doc: _Doc, e: Edit):
@@ -869,7 +861,6 @@ def _set_keyword(doc: _Doc, e: Edit, keyword: str, value: cst.BaseExpression):
     path, module, call = found
     if not isinstance(call, cst.Call):
         return None
-    true = value
     args = list(call.args)
     k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
     positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
@@ -877,9 +868,9 @@ def _set_keyword(doc: _Doc, e: Edit, keyword: str, value: cst.BaseExpression):
     if k is None and slot is not None and len(positional) > slot:
         k = positional[slot]
     if k is not None:
-        args[k] = args[k].with_changes(value=true)
+        args[k] = args[k].with_changes(value=value)
     else:
-        new = cst.Arg(value=true, keyword=cst.Name(keyword),
+        new = cst.Arg(value=value, keyword=cst.Name(keyword),
                       equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                             whitespace_after=cst.SimpleWhitespace("")))
         space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
@@ -1127,7 +1118,7 @@ _HANDLERS = {
     "move_into_loop": _move,
     "move_after": _move,
     "remove_detach": _without_call("detach", attribute="data"),
-    "new_leaf": _new_leaf,
+    "new_leaf": _method("detach", "requires_grad_"),
     "detach_each": _detach_each,
     "remove_item": _without_call("item"),
     "stack": _stack,

@@ -5,8 +5,8 @@ size not: a convolution keeps the batch and sets the channels, its height is not
 out).  Sizes come only from literals (`torch.randn(32, 10)`, `torch.tensor([1., 2.])`,
 `nn.Linear(16, 4)`, `nn.Conv2d(3, 8, 3)`) and the ops that carry them on: broadcasting
 (torch's `pointwise` tag), reductions (its `reduction` tag: all of the tensor without
-`dim`), losses and their `reduction`, `view`/`reshape`/`unsqueeze`/`flatten`, `matmul`,
-`stack`/`cat`, integer indexing and the layers that keep the batch.  Anything else, and any
+`dim`), losses and their `reduction`, `view`/`reshape`/`unsqueeze`/`flatten`,
+`stack`/`cat`, `gather`, integer indexing and the layers that keep the batch.  Anything else, and any
 size that comes from data (a batch a loader yields), stays unknown: a finding about shapes
 (`backward()` of a tensor of 32 elements) rests only on sizes the code itself wrote.
 """
@@ -107,13 +107,6 @@ def reshaped(shape: Shape, args: list) -> Shape:
             return None
         dims = [n // known if d == -1 else d for d in dims]
     return tuple(dims) if prod(dims) == n else None
-
-
-def matmul(a: Shape, b: Shape) -> Shape:
-    """`a @ b` for vectors and matrices (the inner sizes must agree for it to run at all)."""
-    if a is None or b is None or not a or not b or len(a) > 2 or len(b) > 2:
-        return None
-    return a[:-1] + b[1:] if len(b) == 2 else a[:-1]
 
 
 def of(v) -> Shape:

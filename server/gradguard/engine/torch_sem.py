@@ -30,16 +30,16 @@ from gradguard.engine.values import (
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
-# Device/dtype moves keep the value's graph and storage identity for this analysis (a dtype
-# change adds a ToCopy node that saves nothing; integer casts are in NONDIFF_METHODS).
 GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set, so step() changes parameters
 # On the module globals: the storages of the leaves whose .grad is surely set, one Const per alternative
 # (a join keeps both; what every alternative has is sure).  step() surely changes only those.
 SURE_GRADS = "<sure grads>"
-# Conversions that copy when they change the dtype or device, and are the identity otherwise.
+# Conversions that copy when they change the dtype or device, and are the identity otherwise;
+# they keep the value's graph and storage for this analysis (a dtype change adds a ToCopy node
+# that saves nothing; integer casts are in NONDIFF_METHODS).
 CONVERSIONS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as"})
-IDENTITY_METHODS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "type", "type_as",
-                              "contiguous", "pin_memory", "share_memory_"})
+# Methods that return the tensor itself for this analysis (its graph and storage identity).
+IDENTITY_METHODS = frozenset({"contiguous", "pin_memory", "share_memory_"})
 # Config objects whose attributes are the keywords they are made with.
 NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
