@@ -124,6 +124,7 @@ class Raise:
     origin: tuple = ()
     function: ast.AST | None = None
     entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
+    in_place: bool = False  # the op changes `target` in place (not: it saves or reads it)
 
 
 @dataclass

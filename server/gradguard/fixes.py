@@ -1273,8 +1273,7 @@ def leave_inference_mode(facts: Facts, r) -> tuple[Fix, ...]:
             if new is not None:
                 out.append(Fix(f"Use `{new}` instead of `{facts.text(expr)}`", (edit(facts, "replace", expr, new),),
                                applicability="safe"))
-    if isinstance(r.target, (ast.Name, ast.Attribute)) and r.target is not getattr(r.node, "target", None) and \
-            not (isinstance(r.node, ast.Call) and isinstance(r.node.func, ast.Attribute) and r.node.func.value is r.target):
+    if isinstance(r.target, (ast.Name, ast.Attribute)) and not r.in_place:
         out.append(Fix(f"Clone `{facts.text(r.target)}` where it is used", (edit(facts, "clone", r.target),),
                        applicability="safe"))
     elif isinstance(r.target, (ast.Name, ast.Attribute)):

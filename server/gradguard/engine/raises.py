@@ -39,7 +39,8 @@ def non_leaf(t: Tensor | None) -> bool:
 class RaiseChecks:
     """Mixed into the interpreter (it reads `facts`, `key`, the call stack and the heap)."""
 
-    def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None, origin: tuple | None = None) -> None:
+    def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None, origin: tuple | None = None,
+                   in_place: bool = False) -> None:
         """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
         A raise seen on one real path stays (an earlier iteration raised already); a function
         analysed without a caller says nothing (its arguments are not known), nor a method
@@ -51,7 +52,7 @@ class RaiseChecks:
             made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
             origin = (made[-1].node,) if made else ()
         self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
-                                                             self.entry_call()))
+                                                             self.entry_call(), in_place))
 
     # ----------------------------------------------------------------- numpy
     def to_numpy(self, node, target, v, kwargs, st, sequence: bool = False) -> None:
@@ -153,7 +154,7 @@ class RaiseChecks:
         the grad mode: "Inplace update to inference tensor outside InferenceMode"."""
         t = sure_tensor(v)
         if t is not None and t.inference is not None and self.inference_site() is None:
-            self.note_raise("inference_tensor", node, target, t, origin=(t.inference,))
+            self.note_raise("inference_tensor", node, target, t, origin=(t.inference,), in_place=True)
 
     # ----------------------------------------------------------------- autograd.grad
     def unused_inputs(self, outs, inputs, inputs_node, kwargs, st, node) -> None:

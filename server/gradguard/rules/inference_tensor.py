@@ -83,13 +83,19 @@ def running_mean(xs):
 mean = running_mean([torch.randn(3), torch.randn(3)])
 mean += 1  # error
 """,
+        """
+import torch
+with torch.inference_mode():
+    cache = torch.ones(2, 4) * 2
+torch.nn.init.zeros_(cache)  # error
+""",
     ]
 
     def check(self, facts: Facts):
         for r, _ in first_per_statement(facts, self.raises(facts)):
             tensor = named(facts, r, "a tensor")
             where = ", ".join(_where(facts, o) for o in r.origin)
-            if _changes(facts, r):
+            if r.in_place:
                 what = ("is changed in place outside inference mode: this raises 'Inplace update to inference tensor "
                         "outside InferenceMode is not allowed'")
             else:
@@ -99,15 +105,6 @@ mean += 1  # error
             related = tuple(Related(facts.span(o), "made in inference mode here") for o in r.origin)
             yield self.finding(message, facts.span(r.node), related, fixes.leave_inference_mode(facts, r),
                                facts=facts, entry=r.entry)
-
-
-def _changes(facts: Facts, r) -> bool:
-    """Whether the op is an in-place change of the tensor (not an op saving it)."""
-    node = r.node
-    if isinstance(node, (ast.AugAssign, ast.Assign, ast.Subscript)):
-        return True
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
-        and not node.func.attr.startswith("_") and r.target is node.func.value
 
 
 def _where(facts: Facts, site) -> str:
