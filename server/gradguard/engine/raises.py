@@ -212,6 +212,11 @@ class RaiseChecks:
                 sure |= c.value
         return sure
 
+    def surely_given(self, v, st) -> frozenset:
+        """The storages of the tensors requiring grad `v` surely is or holds."""
+        t = sure_tensor(v)
+        return t.objs if requires_grad(t) and len(t.objs) == 1 else self.contained(v, st)
+
     def trainable_layers(self, m: Obj, st) -> list:
         """The torch.nn layers under `m` whose parameters surely require grad."""
         return [x for x in self.submodules(m, st) if (info := self.builtin_info(x)) is not None and info.has_params

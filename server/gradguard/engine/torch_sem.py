@@ -474,9 +474,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.facts.accumulations.pop(key, None)
 
     # ----------------------------------------------------------------- backward
-    def backward(self, node, root_node, value, retain, st, inputs=None):
-        """`inputs`: the storages `autograd.grad` differentiates by, when known: it runs (and
-        frees) only the part of the graph that leads to them."""
+    def backward(self, node, root_node, value, retain, st, inputs=None, sure_inputs=frozenset()):
+        """`inputs`: the storages `autograd.grad` may differentiate by, when known: it runs (and
+        frees) only the part of the graph that leads to them; `sure_inputs`, those it surely
+        differentiates by: only what leads to them surely runs."""
         t = tensor_of(value)
         if t is None:
             return
@@ -486,7 +487,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         regs = self.facts.regions
 
         def surely_runs(r):
-            return inputs is None or regs[r].reaches is not None and bool(regs[r].reaches & inputs)
+            return inputs is None or regs[r].reaches is not None and bool(regs[r].reaches & sure_inputs)
 
         freed_hit = frozenset(r for r in t.sure_regions(FREED) if r in regs and regs[r].sure_saves
                               and regs[r].certain and surely_runs(r))
@@ -1035,7 +1036,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if self.no_gradient_given("torch.autograd.grad", args, kwargs):
             self.implicit_gradient(node, root, outputs, st)
         self.unused_inputs(outs, given, inputs_node, kwargs, st, node)
-        self.backward(node, root, outs, retain if retain is not None else None, st, self.input_storages(given, st))
+        self.backward(node, root, outs, retain if retain is not None else None, st, self.input_storages(given, st),
+                      self.surely_given(given, st) if given is not None else frozenset())
         t = tensor_of(outs)
         if create and t is None:
             return UNKNOWN  # gradients with a graph, of outputs the engine does not see
