@@ -22,9 +22,7 @@ CASES = sorted(p.name for p in (HERE / "cases").glob("*.py"))
 
 # Programs GradGuard is known to get wrong, and why: each is a gap to close, not a wrong label
 # (the oracle test below still runs them); strict, so that closing one fails until it is removed here.
-KNOWN_GAPS = {
-    "requires_grad_from_shape_false.py": "requires_grad decided by x.size(0): tensor shapes are not tracked",
-}
+KNOWN_GAPS: dict = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_GAPS[c], strict=True))

@@ -100,7 +100,8 @@ def test_fix_applies_safe_fixes_only_unless_asked(tmp_path):
 NO_FIX = {
     "buffers_zero_between_forward_backward.py": "zeroing BatchNorm's buffers mid-step has no edit that keeps its meaning",
     "opaque_model_output_loss_from_labels.py": "the loss is built from the labels alone: nothing to reconnect",
-    "requires_grad_from_shape_false.py": "not found (tensor shapes are not tracked), so nothing to fix",
+    "requires_grad_from_shape_false.py": "requires_grad is computed from the batch size: which flag is meant is the "
+                                         "user's choice",
     "reinforce_log_probs_kept_across_episodes.py": "the list must be emptied once per episode: where is not one edit",
     "distribution_sample_has_no_grad.py": "sample() draws without a graph: whether rsample() is meant is the user's choice",
 }

@@ -612,12 +612,17 @@ def _method(*names: str):
 
 
 def _detach_each(doc: _Doc, e: Edit):
-    """`X` (a list of tensors) -> `[t.detach() for t in X]`."""
+    """`X` (a list of tensors) -> `[t.detach() for t in X]`; of tuples, named in `e.name` ("h,c")
+    -> `[(h.detach(), c.detach()) for h, c in X]`, or not named ("tuple") -> `[tuple(v.detach()
+    for v in t) for t in X]`."""
     found = _expression(doc, e.span, (ast.Name, ast.Attribute))
     if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
         return None
     _, module, expr = found
-    new = cst.parse_expression(f"[t.detach() for t in {module.code_for_node(expr)}]")
+    names = e.name.split(",") if e.name not in ("", "tuple") else []
+    item, each = ("t", "tuple(v.detach() for v in t)") if e.name == "tuple" else \
+        (", ".join(names), "(" + ", ".join(f"{n}.detach()" for n in names) + ")") if names else ("t", "t.detach()")
+    new = cst.parse_expression(f"[{each} for {item} in {module.code_for_node(expr)}]")
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, found[0]))]
 
 

@@ -131,6 +131,22 @@ def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
     return sorted(out, key=position)
 
 
+def lists_on_attributes(facts: Facts, regions: frozenset) -> list:
+    """Assignments `self.state = new_state` of a local list (or a name assigned it) that the
+    same function filled with values carrying one of `regions` (`new_state.append(h)`), and
+    that nothing reads later in the function: the object keeps each element's graph past the
+    iteration.  Each with a value appended, which tells what an element is (`(h, c)`)."""
+    filled = {(_function_of(facts, call), call.func.value.id): call.args[-1] for call in facts.nodes(None, ast.Call)
+              if isinstance(call.func, ast.Attribute) and call.func.attr in ("append", "insert")
+              and isinstance(call.func.value, ast.Name) and call.args and _carries(facts, call.args[-1], regions)}
+    names = [a for a in facts.nodes(None, ast.Assign) if len(a.targets) == 1 and isinstance(a.value, ast.Name)]
+    for a in names:  # `state = new_state` in the loop over time steps: `state` holds the list too
+        if isinstance(a.targets[0], ast.Name) and (_function_of(facts, a), a.value.id) in filled:
+            filled[(_function_of(facts, a), a.targets[0].id)] = filled[(_function_of(facts, a), a.value.id)]
+    return [(a, filled[(_function_of(facts, a), a.value.id)]) for a in names if isinstance(a.targets[0], ast.Attribute)
+            and (_function_of(facts, a), a.value.id) in filled and not _read_after(facts, a.targets[0], a)]
+
+
 def attribute_reentries(facts: Facts, regions: frozenset) -> list:
     """For each attribute a statement assigns a value carrying one of `regions` (`self.h = cell(x,
     self.h)`, `out, self.hidden = self.rnn(x, self.hidden)`): the reads of it, as a tensor,
@@ -494,6 +510,13 @@ def _carried_from_previous_iteration(facts, b, loop):
                          (edit(facts, "detach", value),)))
     for stmt in stored_on_attributes(facts, b.freed_hit)[:2]:
         fixes.append(Fix(f"Store `{facts.text(stmt.targets[0])}` detached", (edit(facts, "detach", stmt.value),)))
+    for stmt, item in lists_on_attributes(facts, b.freed_hit)[:1]:
+        # an element is a tensor, or a tuple: `(h, c)` with its names, or one of names not written
+        parts = item.elts if isinstance(item, ast.Tuple) else ()
+        names = [p.id for p in parts if isinstance(p, ast.Name)]
+        form = "" if not parts else ",".join(names) if len(set(names)) == len(parts) else "tuple"
+        fixes.append(Fix(f"Store the items of `{facts.text(stmt.targets[0])}` detached",
+                         (edit(facts, "detach_each", stmt.value, form),)))
     first: dict = {}  # per attribute, the reads its first assignment brings back
     for reads in sorted(attribute_reentries(facts, b.freed_hit), key=lambda reads: position(reads[0])):
         first.setdefault(facts.text(reads[0], 200), reads)
@@ -624,13 +647,13 @@ def saved_operands(facts: Facts, b: Backward) -> list:
     surely changed (the queue in `torch.einsum("nc,ck->nk", [q, queue.keys])`, pushed to
     before the backward).  Not parameters: a copy would make the backward compute gradients
     of weights the step already replaced."""
-    out = []
+    out = {}  # by operand: regions of several iterations are one op
     for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node)):
-        out += [(o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
+        out |= {id(o): (o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
                 if isinstance(o.ctx, ast.Load) and not isinstance(facts.parents.get(o), ast.Attribute)
                 and id(o) in facts.values and facts.values[id(o)].objs & r.stale
-                and not any(obj[0] == "params" for obj in facts.values[id(o)].objs)]  # weights: see `_step_moved`
-    return out
+                and not any(obj[0] == "params" for obj in facts.values[id(o)].objs)}  # weights: see `_step_moved`
+    return list(out.values())
 
 
 def _step_moved(facts: Facts, b: Backward, step: ast.Call) -> tuple | None:

@@ -14,9 +14,9 @@ from dataclasses import replace
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Super,
-    Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, literal_of, objs_of,
-    tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Span,
+    Super, Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, join_tensors,
+    literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -46,7 +46,7 @@ class Expressions:
 
     def expr_Constant(self, node, st):
         v = node.value
-        if isinstance(v, (bool, str, type(None))) or (isinstance(v, int) and abs(v) < 1 << 16) \
+        if isinstance(v, (bool, str, type(None))) or v is Ellipsis or (isinstance(v, int) and abs(v) < 1 << 16) \
                 or isinstance(v, float):  # `entropy_coef: float = 0.0`, tested with `> 0`
             return const(v)
         if isinstance(v, (int, float, complex)):
@@ -57,11 +57,14 @@ class Expressions:
         return self.seen(node, self.lookup(node.id, st))
 
     def seen(self, node, v):
-        """Remember a name's tensor value for hover and fixes (or that it holds a tuple, as an
-        LSTM state), and whether it is None in some evaluation (a fix must not call `.detach()` on it)."""
+        """Remember a name's tensor value for hover and fixes, joined over its evaluations (a
+        forward run in training and again under `no_grad`: a fix must see the graph it carries
+        in training), or that it holds a tuple, as an LSTM state, and whether it is None in
+        some evaluation (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
-            self.facts.values[id(node)] = t
+            old = self.facts.values.get(id(node))
+            self.facts.values[id(node)] = t if old is None or old == t else join_tensors([old, t])
         elif any(isinstance(a, Tup) for a in v):
             self.facts.tuples.add(id(node))
         if any(isinstance(a, Const) and a.value is None for a in v):  # in this evaluation or another
@@ -83,10 +86,11 @@ class Expressions:
         return self.subscript(base, index, st, node)
 
     def expr_Slice(self, node, st):
-        for part in (node.lower, node.upper, node.step):
-            if part is not None:
-                self.eval(part, st)
-        return UNKNOWN
+        parts = (node.lower, node.upper, node.step)
+        bounds = [None if p is None else int_of(self.eval(p, st)) for p in parts]
+        if any(p is not None and b is None for p, b in zip(parts, bounds)) or bounds[2] == 0:
+            return UNKNOWN
+        return const(Span(*bounds))
 
     def expr_Tuple(self, node, st):
         if any(isinstance(e, ast.Starred) for e in node.elts):
@@ -111,7 +115,7 @@ class Expressions:
     def new_dict(self, node, keys, vals, st, ctx=None):
         """A new dict of these keys and values; its items and keys are known where the keys are.
         `ctx`: the context it is made in, if not the running frame's (a callee's `**kwargs`)."""
-        obj = Obj(("dict", self.frame.ctx if ctx is None else ctx, id(node)), "dict")
+        obj = Obj(self.container_id("dict", node, ctx), "dict")
         attrs = st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}  # new: written in place
         known = [item_key(k) for k in keys]  # a `**other` entry has no key: EMPTY
         for key, v in zip(known, vals):
@@ -269,7 +273,7 @@ class Expressions:
         if exact is not None:  # `{i: peer(x) for i, peer in enumerate(self.peers)}`: each item known
             return self.new_dict(node, [k for k, _ in exact], [v for _, v in exact], st)
         k, v = self.comprehension(node, st, [node.key, node.value], first=it)
-        obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+        obj = Obj(self.container_id("dict", node), "dict")
         st.heap[obj.id] = {"<elems>": v, "<keys>": k}
         return frozenset({obj})
 
@@ -430,7 +434,7 @@ class Expressions:
         return True
 
     def make_sequence(self, elem, st, node, nonempty=None, items=None):
-        obj = Obj(("list", self.frame.ctx, id(node)), "list")
+        obj = Obj(self.container_id("list", node), "list")
         attrs = {"<elems>": elem if elem else EMPTY, HELD: HELD_NOTHING}
         if nonempty:
             attrs["<nonempty>"] = const(True)

@@ -17,9 +17,10 @@ from math import prod
 from typing import Optional
 
 from gradguard import knowledge as K
-from gradguard.engine.values import Const, Num, Obj, Tensor, Tup, int_of, literal_of, tensor_of
+from gradguard.engine.values import Const, Num, Obj, Span, Tensor, Tup, int_of, literal_of, tensor_of
 
 Shape = Optional[tuple]
+SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension, not known
 
 
 def broadcast(shapes: list) -> Shape:
@@ -118,6 +119,60 @@ def of(v) -> Shape:
                  for a in v):
         return ()
     return None
+
+
+def _index_key(v):
+    """One part of a tensor index as `indexed` reads it: an int, a Span, None, Ellipsis, or
+    `_OPAQUE` (a tensor, a list, a value not known)."""
+    if len(v) == 1:
+        (a,) = tuple(v)
+        if isinstance(a, Const) and (type(a.value) in (int, Span) or a.value is None or a.value is Ellipsis):
+            return a.value
+    return _OPAQUE
+
+
+_OPAQUE = object()
+
+
+def indexed(shape: Shape, index) -> Shape:
+    """The shape of basic indexing: an int drops its dimension, a slice with known bounds cuts
+    it (to a known size where the dimension's is), None adds a dimension of 1, `...` stands
+    for the dimensions not named.  Anything else (a tensor or list index, an unknown bound)
+    leaves the shape unknown."""
+    if shape is None:
+        return None
+    parts = tuple(index)[0].items if len(index) == 1 and isinstance(next(iter(index)), Tup) else (index,)
+    keys = [_index_key(p) for p in parts]
+    if any(k is _OPAQUE for k in keys) or sum(k is Ellipsis for k in keys) > 1:
+        return None
+    named = sum(k is not None and k is not Ellipsis for k in keys)
+    if named > len(shape):
+        return None
+    rest = [Span()] * (len(shape) - named)
+    at = next((i for i, k in enumerate(keys) if k is Ellipsis), len(keys))
+    keys = keys[:at] + rest + keys[at + 1:]
+    out, dims = [], iter(shape)
+    for k in keys:
+        if k is None:
+            out.append(1)
+            continue
+        n = next(dims)
+        if isinstance(k, int):
+            if n is not None and not -n <= k < n:
+                return None  # an IndexError, not a shape
+        elif k.step is not None and k.step < 0:
+            return None
+        elif k == Span():
+            out.append(n)
+        else:
+            out.append(None if n is None else len(range(n)[k.lower:k.upper:k.step]))
+    return tuple(out)
+
+
+def size_items(shape: Shape, size) -> tuple | None:
+    """`x.shape` item by item: each size known where the shape knows it, `size` (some size)
+    elsewhere; None when the rank is not known."""
+    return None if shape is None else tuple(frozenset({Const(n)}) if n is not None else size for n in shape)
 
 
 def nested(v, exact_items, depth: int = 0) -> Shape:
@@ -228,9 +283,23 @@ class Shapes:
             return tuple(reversed(shape))
         return None
 
+    def sizes(self, v, st, node):
+        """`x.shape`, `x.size()`: a sequence of sizes, known one by one where the shape is."""
+        items = size_items(of(v), SIZE)
+        if items is None:
+            return self.make_sequence(SIZE, st, node)
+        return self.make_sequence(frozenset().union(*items), st, node, nonempty=bool(items), items=items)
+
+    def size_along(self, v, dim):
+        """`x.size(1)`, `x.shape[1]`, `len(x)`: that size when the shape knows it."""
+        shape, d = of(v), int_of(dim)
+        if shape is None or d is None or not -len(shape) <= d < len(shape) or shape[d] is None:
+            return SIZE
+        return frozenset({Const(shape[d])})
+
     def indexed_shape(self, t: Tensor, index) -> Shape:
-        """`x[i]` with an int: the first dimension goes."""
-        return t.shape[1:] if t.shape and int_of(index) is not None else None
+        """`x[i]`, `x[:, 2:5]`, `x[..., None]`: see `indexed`."""
+        return indexed(t.shape, index)
 
     def joined_shape(self, name: str, items, dim) -> Shape:
         """`torch.stack(xs)` / `torch.cat(xs)` along a literal dim of known, equal shapes."""

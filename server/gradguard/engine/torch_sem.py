@@ -21,7 +21,7 @@ from gradguard.engine.arguments import ArgumentParsers
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import Shapes
+from gradguard.engine.shapes import SIZE, Shapes
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
@@ -90,7 +90,6 @@ def _tri_or(values) -> object:
     return None
 
 
-SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension
 
 
 class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes):
@@ -158,6 +157,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         n = self.instances.get(key, 0) + 1
         self.instances[key] = n
         return key + (n,)
+
+    def container_id(self, kind: str, node, ctx=None) -> tuple:
+        """A new id for a list or dict made at `node` (in `ctx`, if not the running frame's):
+        numbered as regions are, so that the list one call of a function makes is not the one
+        the next call makes (a model's `self.state`, kept from one forward to the next)."""
+        key = (self.frame.ctx if ctx is None else ctx, id(node), kind)
+        if self.widening:
+            return (kind,) + key + (SUMMARY,)
+        n = self.instances.get(key, 0) + 1
+        self.instances[key] = n
+        return (kind,) + key + (n,)
 
     def fresh_tensor(self, node, st, rg=False, sub=0, inputs=()):
         """A new tensor.  For one computed from `inputs` without a graph (argmax, a comparison),
@@ -571,8 +581,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t.rg) if t.rg is not None else UNKNOWN
         if name == "is_leaf":
             return const(t.leaf) if t.leaf is not None else UNKNOWN
-        if name in K.SIZES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
-            return self.make_sequence(SIZE, st, node)
+        if name in K.SIZE_ATTRIBUTES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
+            return self.sizes(v, st, node)
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
             return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
@@ -638,8 +648,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if recv is not None:
                 self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
             return NONE
-        if name in K.SIZES:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
-            return self.make_sequence(SIZE, st, node) if not args else SIZE
+        if name in K.SIZE_METHODS:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
+            dim = args[0] if args else kwargs.get("dim")
+            return self.sizes(v, st, node) if dim is None else self.size_along(v, dim)
         if name in K.TO_NUMPY.methods:
             self.to_numpy(node, recv, v, kwargs, st)
         if name in K.GRAPH_FREE_METHODS:
@@ -1084,7 +1095,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "len" and (size := self.known_len(a0, st)) is not None:
             return const(size)
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
-            return SIZE  # `len(x)` of a tensor: its first dimension
+            return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
@@ -1168,7 +1179,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "print":
             return NONE
         if name == "dict":
-            obj = Obj(("dict", self.frame.ctx, id(node)), "dict")
+            obj = Obj(self.container_id("dict", node), "dict")
             st.heap[obj.id] = {"<elems>": join_all(kwargs.values()) or UNKNOWN, "<keys>": UNKNOWN}
             for k, v in kwargs.items():
                 st.set_attr(obj.id, item_attr(k), v)

@@ -80,6 +80,16 @@ class Const:
 
 
 @dataclass(frozen=True)
+class Span:
+    """A slice whose bounds are known (`x[:, 2:5]`, `x[..., :-1]`), held in a `Const`: None where
+    a bound is not written."""
+
+    lower: Optional[int] = None
+    upper: Optional[int] = None
+    step: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Num:
     """Some Python number (kind matters for picking op overloads).  `size`: a tensor's size
     along a dimension (`x.shape[0]`, `len(x)`), taken to be at least 1, as a loop over a

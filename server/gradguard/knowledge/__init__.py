@@ -79,7 +79,8 @@ from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence, Tu
 __all__ = [
     "OpInfo", "ModuleInfo", "BackwardCalls", "resolve", "is_known", "is_tensor_attribute", "overloads", "module_info",
     "FACTORIES", "FACTORY_METHODS", "FACTORIES_NUMBERS_ONLY", "FACTORIES_SHARING_INPUT",
-    "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZES", "NONDIFF_METHODS",
+    "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZE_ATTRIBUTES",
+    "SIZE_METHODS", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
@@ -532,8 +533,10 @@ def _api_table(name: str):
         return frozenset(api["graph_free_methods"]["names"])
     if name == "GRAPH_FREE_ATTRIBUTES":
         return frozenset(api["graph_free_attributes"]["names"])
-    if name == "SIZES":  # `x.shape`, `x.size()`: a torch.Size, a tuple of ints
-        return frozenset(api["graph_free_attributes"]["sizes"] + api["graph_free_methods"]["sizes"])
+    if name == "SIZE_ATTRIBUTES":  # `x.shape`: a torch.Size, a tuple of ints
+        return frozenset(api["graph_free_attributes"]["sizes"])
+    if name == "SIZE_METHODS":  # `x.size()`: the same; `x.size(0)`: one int
+        return frozenset(api["graph_free_methods"]["sizes"])
     if name == "NONDIFF_METHODS":
         # ops (with tensor inputs: not factories) none of whose overloads gives a grad_fn
         factories = set(api["factories"]["functions"]) | set(api["factories"]["methods"])

@@ -1,0 +1,35 @@
+# expect: clean
+# shape: each forward keeps a detached copy of its layer states on the model, so the next
+# forward starts from values without a graph
+import torch
+import torch.nn as nn
+
+
+class StackedCells(nn.Module):
+    def __init__(self, width, depth):
+        super().__init__()
+        self.cells = nn.ModuleList([nn.GRUCell(width, width) for _ in range(depth)])
+        self.state = None
+
+    def reset(self, batch):
+        self.state = [torch.zeros(batch, cell.hidden_size) for cell in self.cells]
+
+    def forward(self, x):
+        new_state = []
+        for cell, h in zip(self.cells, self.state):
+            x = cell(x, h)
+            new_state.append(x)
+        self.state = [h.detach() for h in new_state]
+        return x
+
+
+torch.manual_seed(0)
+model = StackedCells(4, 2)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model.reset(2)
+for step in range(3):
+    out = model(torch.randn(2, 4))
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
