@@ -724,6 +724,35 @@ def test_module_table_matches_torch_nn():
             assert K.resolve(m.inplace_op, ["tensor"], method=False).inplace, name
 
 
+def test_layer_geometry_matches_torch():
+    """The constructor parameters the geometry table names are torch's, in torch's order, and
+    the spatial sizes the engine works out from them are those the layers return."""
+    torch = _torch()
+    import inspect
+
+    from gradguard.engine.shapes import geometry, spatial
+    from gradguard.engine.values import Const, Tup
+    for cls_name, (_, params) in K.LAYER_GEOMETRY.items():
+        signature = list(inspect.signature(getattr(torch.nn, cls_name).__init__).parameters)[1:]
+        assert signature[:len(params)] == list(params), cls_name
+
+    def value(v):
+        return frozenset({Tup(tuple(value(i) for i in v))}) if isinstance(v, tuple) else frozenset({Const(v)})
+
+    cases = [("Conv2d", (3, 4, 3), {"padding": 1}), ("Conv2d", (3, 4, (3, 5)), {"stride": 2, "dilation": (1, 2)}),
+             ("Conv1d", (3, 4, 5), {"padding": "same"}), ("Conv3d", (3, 2, 3), {}),
+             ("ConvTranspose2d", (3, 4, 2), {"stride": 2}),
+             ("ConvTranspose1d", (3, 4, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
+             ("MaxPool2d", (2,), {}), ("MaxPool1d", (3, 2, 1), {}), ("AvgPool2d", (3,), {"stride": 2, "padding": 1}),
+             ("AdaptiveAvgPool2d", ((None, 3),), {}), ("AdaptiveMaxPool1d", (5,), {})]
+    for cls_name, args, kwargs in cases:
+        layer = getattr(torch.nn, cls_name)(*args, **kwargs)
+        rank = int(cls_name[-2])
+        x = torch.zeros((1, 3) + (17, 12, 9)[:rank])
+        geo = geometry(cls_name, [value(a) for a in args], {k: value(v) for k, v in kwargs.items()})
+        assert spatial(geo, tuple(x.shape[2:])) == tuple(layer(x).shape[2:]), (cls_name, args, kwargs)
+
+
 # --------------------------------------------------------------------------- generator
 
 @pytest.mark.slow

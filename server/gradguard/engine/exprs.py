@@ -21,6 +21,27 @@ from gradguard.engine.values import (
 
 _NUM = Num()
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
+
+
+def _is_instance(a, types: tuple):
+    """`isinstance(a, types)` for one atom and builtin classes, None when not known: a literal
+    answers for itself; a number of unknown kind is no str or container; a tensor is none of
+    them, a tuple is a tuple, a dict a dict; a sequence object may be a list, a tuple
+    (`x.shape`) or a range; an instance may derive from a builtin."""
+    if isinstance(a, Const):
+        return isinstance(a.value, types)
+    if isinstance(a, Num):
+        return False if not set(types) & {int, float, bool} else None
+    if isinstance(a, Tensor):
+        return False
+    if isinstance(a, Tup):
+        return tuple in types
+    if isinstance(a, Obj) and a.kind == "dict":
+        return dict in types
+    if isinstance(a, Obj) and a.kind == "list":
+        return None if set(types) & {list, tuple} else False
+    return None
 BIN_DUNDER = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
               ast.Mod: "mod", ast.Pow: "pow", ast.MatMult: "matmul", ast.BitAnd: "and", ast.BitOr: "or",
               ast.BitXor: "xor", ast.LShift: "lshift", ast.RShift: "rshift"}
@@ -168,6 +189,14 @@ class Expressions:
                                      items=tuple(li) + tuple(ri) if li is not None and ri is not None else None)
             self.contains(out, self.contained(left, st) | self.contained(right, st), st)
             return out
+        if seqs and isinstance(op, ast.Mult):  # `[category] * batch`
+            seq, n = (left, int_of(right)) if objs_of(left, "list") else (right, int_of(left))
+            items = self.exact_items(seq, st)
+            reps = () if n is not None and n <= 0 else \
+                tuple(items) * n if items is not None and n is not None and len(items) * n <= 64 else None
+            return self.make_sequence(self.iter_elements(seq, st) if reps != () else EMPTY, st, node,
+                                      nonempty=bool(reps) or (bool(n) and self.is_nonempty(seq, st)) or None,
+                                      items=reps)
         if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
             li, ri = self.exact_items(left, st), self.exact_items(right, st)
             return frozenset({Tup(tuple(li) + tuple(ri))}) if li is not None and ri is not None else UNKNOWN
@@ -309,9 +338,13 @@ class Expressions:
             if obj.kind == "module":
                 t = tensor_of(v)
                 if t is not None and any(o[0] == "param" for o in t.objs):
-                    # an nn.Parameter assigned to a module becomes one of the module's parameters
+                    # an nn.Parameter assigned to a module becomes one of the module's parameters;
+                    # one frozen among trainable ones (`conv.weight = nn.Parameter(w, requires_grad=False)`)
+                    # leaves the module's one flag not known
                     st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True,
                                                                 objs=t.objs | {("params", obj.id)})}))
+                    if t.rg is None or t.rg != self.module_rg(obj, st):
+                        st.set_attr(obj.id, "<rg>", UNKNOWN)
         t = tensor_of(base)
         if t is not None:
             self.set_tensor_attribute(base, name, v, st, target)
@@ -809,6 +842,8 @@ class Expressions:
             return self.expr_Constant(node, st)
         if isinstance(node, ast.Name):
             return self.lookup(node.id, st)
+        if isinstance(node, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return frozenset({Tup(tuple(self.peek(e, st) for e in node.elts))})  # `(list, tuple)`
         if isinstance(node, ast.Attribute):
             base = self.peek(node.value, st)
             out = EMPTY
@@ -830,6 +865,11 @@ class Expressions:
         return UNKNOWN
 
     def isinstance_truth(self, v, classes, st):
+        classes = frozenset(c for a in classes for c in (frozenset().union(*a.items) if isinstance(a, Tup) else {a}))
+        if classes and all(isinstance(a, Ref) and a.dotted in BUILTIN_CLASSES for a in classes):
+            types = tuple(BUILTIN_CLASSES[a.dotted] for a in classes)
+            truths = {_is_instance(a, types) for a in v}
+            return truths.pop() if len(truths) == 1 else None
         if classes and all(isinstance(a, Ref) and a.dotted in TENSOR_CLASSES for a in classes):
             truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj)) else None
                       for a in v}

@@ -20,6 +20,7 @@ from gradguard import knowledge as K
 from gradguard.engine.values import Const, Num, Obj, Span, Tensor, Tup, int_of, literal_of, tensor_of
 
 Shape = Optional[tuple]
+FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
 SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension, not known
 
 
@@ -169,6 +170,81 @@ def indexed(shape: Shape, index) -> Shape:
     return tuple(out)
 
 
+def _per_dim(v, rank: int) -> tuple | None:
+    """A layer's `kernel_size=3` or `(3, 1)` as one int per spatial dimension."""
+    one = int_of(v)
+    if one is not None:
+        return (one,) * rank
+    items = literal_of(v, tuple) if v else None
+    if len(v) == 1 and isinstance(next(iter(v)), Tup):
+        items = tuple(int_of(i) for i in next(iter(v)).items)
+    return items if items and len(items) == rank and None not in items else None
+
+
+def geometry(cls_name: str, args: list, kwargs: dict) -> tuple | None:
+    """What a convolution or pooling layer's construction fixes of its spatial output:
+    (kind, kernel, stride, padding, dilation, output_padding), one int per dimension each,
+    or (kind, output_size) for adaptive pooling; None when a size is not a literal, or a
+    mode (`ceil_mode`, string padding other than 'same') changes the formula."""
+    found = K.LAYER_GEOMETRY.get(cls_name)
+    if found is None:
+        return None
+    kind, params = found
+    rank = int(cls_name[-2])
+    given = dict(zip(params, args)) | {k: v for k, v in kwargs.items() if k in params}
+    if kind == "adaptive_pool":
+        v = given.get("output_size")
+        if v is not None and len(v) == 1 and isinstance(next(iter(v)), Tup):  # `(None, 7)`: None keeps the size
+            sizes = tuple(int_of(i) if i != frozenset({Const(None)}) else -1 for i in next(iter(v)).items)
+            return (kind, sizes) if len(sizes) == rank and None not in sizes else None
+        sizes = _per_dim(v, rank) if v is not None else None
+        return (kind, sizes) if sizes else None
+    if literal_of(kwargs.get("ceil_mode", frozenset()), bool):
+        return None
+    kernel = _per_dim(given["kernel_size"], rank) if "kernel_size" in given else None
+    pad = given.get("padding")
+    if pad is not None and literal_of(pad, str) is not None:
+        if literal_of(pad, str) != "same" or kind != "conv":
+            return None
+        padding = "same"
+    else:
+        padding = _per_dim(pad, rank) if pad is not None else (0,) * rank
+    stride = _per_dim(given["stride"], rank) if given.get("stride", frozenset({Const(None)})) != frozenset(
+        {Const(None)}) else (1,) * rank if kind.startswith("conv") else kernel
+    dilation = _per_dim(given["dilation"], rank) if "dilation" in given else (1,) * rank
+    extra = _per_dim(given["output_padding"], rank) if "output_padding" in given else (0,) * rank
+    if None in (kernel, padding, stride, dilation, extra):
+        return None
+    return kind, kernel, stride, padding, dilation, extra
+
+
+def spatial(geo: tuple | None, sizes: tuple) -> tuple:
+    """The spatial sizes a layer of this geometry returns for `sizes` (each known or None),
+    by the formulas of torch's documentation; None where an input size is not known."""
+    if geo is None or not sizes:
+        return (None,) * len(sizes)
+    if geo[0] == "adaptive_pool":
+        out = geo[1]
+        return tuple(n if o == -1 else o for o, n in zip(out, sizes)) if len(out) == len(sizes) else (None,) * len(sizes)
+    kind, kernel, stride, padding, dilation, extra = geo
+    if len(kernel) != len(sizes):
+        return (None,) * len(sizes)
+    out = []
+    for i, n in enumerate(sizes):
+        k, s, d = kernel[i], stride[i], dilation[i]
+        if n is None or s <= 0:
+            out.append(None)
+        elif padding == "same":
+            out.append(n)
+        elif kind == "conv_transpose":
+            out.append((n - 1) * s - 2 * padding[i] + d * (k - 1) + extra[i] + 1)
+        elif kind == "avg_pool":
+            out.append((n + 2 * padding[i] - k) // s + 1)
+        else:
+            out.append((n + 2 * padding[i] - d * (k - 1) - 1) // s + 1)
+    return tuple(o if o is None or o > 0 else None for o in out)
+
+
 def size_items(shape: Shape, size) -> tuple | None:
     """`x.shape` item by item: each size known where the shape knows it, `size` (some size)
     elsewhere; None when the rank is not known."""
@@ -201,6 +277,28 @@ class Shapes:
         if shape is None or t is None or len(v) != 1 or t.shape == shape:
             return v
         return frozenset({replace(t, shape=shape)})
+
+    def with_dtype(self, v, dtype):
+        """`v` (one tensor) with its dtype known."""
+        t = tensor_of(v)
+        if dtype is None or t is None or len(v) != 1 or t.dtype == dtype:
+            return v
+        return frozenset({replace(t, dtype=dtype)})
+
+    def op_dtype(self, info, bound: dict):
+        """The dtype of an arithmetic op's result: the floating dtype its tensor operands share,
+        when every other operand is a Python int or float (no promotion then)."""
+        if info.name.split(".")[-1] not in K.SAME_DTYPE_OPS:
+            return None
+        dtypes = set()
+        for v in bound.values():
+            t = tensor_of(v)
+            if t is not None and len(v) == 1:
+                dtypes.add(t.dtype)
+            elif not all(isinstance(a, Num) or isinstance(a, Const) and type(a.value) in (int, float) for a in v):
+                return None
+        (dtype,) = dtypes if len(dtypes) == 1 else (None,)
+        return dtype if dtype in FLOATING else None
 
     def factory_shape(self, last: str, args: list, kwargs: dict, st) -> Shape:
         rule = K.FACTORY_SHAPES.get(last)
@@ -331,9 +429,12 @@ class Shapes:
         if cls_name == "Linear":
             out = kwargs.get("out_features", args[1] if len(args) > 1 else None)
             return {"<out_features>": out} if out is not None else {}
+        sizes = {"<geometry>": frozenset({Const(g)})} if (g := geometry(cls_name, args, kwargs)) else {}
         if cls_name in K.LAYER_SHAPES.get("channels", ()):
             out = kwargs.get("out_channels", args[1] if len(args) > 1 else None)
-            return {"<out_channels>": out} if out is not None else {}
+            return sizes | ({"<out_channels>": out} if out is not None else {})
+        if sizes:
+            return sizes
         if info.op in K.LOSS_SHAPES:
             return {f"<{k}>": kwargs[k] for k in ("reduction", "reduce") if k in kwargs}
         return {}
@@ -346,11 +447,12 @@ class Shapes:
         if kind == "Linear":
             return self.linear_shape(m, args[0], st)
         x = of(args[0])
-        if kind in K.LAYER_SHAPES.get("channels", ()) and x:  # (N, C, *spatial) -> (N, out, ?...)
+        geo = literal_of(st.get_attr(m.id, "<geometry>") or frozenset(), tuple)
+        if kind in K.LAYER_SHAPES.get("channels", ()) and x:  # (N, C, *spatial) -> (N, out, ...)
             out = int_of(st.get_attr(m.id, "<out_channels>") or frozenset())
-            return x[:1] + (out,) + (None,) * (len(x) - 2) if len(x) >= 2 else None
+            return x[:1] + (out,) + spatial(geo, x[2:]) if len(x) >= 2 else None
         if kind in K.LAYER_SHAPES.get("keep_batch_and_channels", ()) and x and len(x) >= 2:
-            return x[:2] + (None,) * (len(x) - 2)
+            return x[:2] + spatial(geo, x[2:])
         if kind in K.LAYER_SHAPES.get("flatten", ()) and x:
             return x[:1] + (numel(x[1:]),)
         loss = K.LOSS_SHAPES.get(info.op)

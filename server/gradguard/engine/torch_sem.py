@@ -259,8 +259,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if not info.differentiable:
             return self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs), shape)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
-        out = self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view, base=self_val, sub=sub,
-                                             arg_nodes=arg_list, parts=parts), shape)
+        out = self.with_dtype(self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view,
+                                                             base=self_val, sub=sub, arg_nodes=arg_list, parts=parts),
+                                              shape), self.op_dtype(info, bound))
         if len(info.returns) > 1 and set(info.returns) == {"T"}:  # `values, indices = x.max(1)`
             return frozenset({Tup(tuple(out if i in info.differentiable_outputs else self.with_shape(
                 self.fresh_tensor(node, st, rg=False, sub=(sub, i), inputs=inputs), shape)
@@ -583,6 +584,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t.leaf) if t.leaf is not None else UNKNOWN
         if name in K.SIZE_ATTRIBUTES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
             return self.sizes(v, st, node)
+        if name == "dtype" and t.dtype is not None and len(v) == 1:  # `y.to(x.dtype)`
+            return frozenset({Ref("torch." + t.dtype)})
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
             return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
@@ -993,7 +996,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             made = self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
-                ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None)
+                ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None) or \
+                (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
+                 and tensor_of(args[0]) is not None else None)
             return frozenset({replace(tensor_of(made), dtype=dtype)}) if dtype else made
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)

@@ -40,9 +40,13 @@ torchgen data; never edit by hand)
         returns with ``reduction='none'``, ops that keep their input's shape or take their
         index's (``gather``), layers by
         what they keep of ``(N, C, *spatial)``.
-    ``DEFAULT_FLOAT_FACTORIES`` / ``DTYPE_METHODS``
-        where a dtype is known (a factory without ``dtype=``), and what ``.double()`` and
-        its kind convert to: a conversion to another dtype copies, with a grad_fn.
+    ``LAYER_GEOMETRY``
+        for convolutions and pooling layers, their kind and the order of their leading
+        constructor parameters, from which their spatial output sizes follow.
+    ``DEFAULT_FLOAT_FACTORIES`` / ``INPUT_DTYPE_FACTORIES`` / ``SAME_DTYPE_OPS`` / ``DTYPE_METHODS``
+        where a dtype is known (a factory without ``dtype=``, ``randn_like``, arithmetic on
+        tensors of one dtype), and what ``.double()`` and its kind convert to: a conversion to
+        another dtype copies, with a grad_fn.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
     ``TO_NUMPY`` (a :class:`ToNumpy`)
@@ -84,7 +88,8 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "DEFAULT_FLOAT_FACTORIES", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "DEFAULT_FLOAT_FACTORIES", "INPUT_DTYPE_FACTORIES",
+    "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
 
@@ -581,6 +586,13 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["same_shape"])
     if name == "DEFAULT_FLOAT_FACTORIES":
         return frozenset(api["shapes"]["default_float"])
+    if name == "LAYER_GEOMETRY":
+        g = api["shapes"]["geometry"]
+        return FrozenMap((cls, (kind, tuple(g[kind]))) for cls, kind in g["layers"].items())
+    if name == "INPUT_DTYPE_FACTORIES":
+        return frozenset(api["shapes"]["input_dtype_factories"])
+    if name == "SAME_DTYPE_OPS":
+        return frozenset(api["shapes"]["same_dtype"])
     if name == "DTYPE_METHODS":
         return FrozenMap(api["shapes"]["dtype_methods"])
     if name == "INDEX_SHAPE_OPS":
