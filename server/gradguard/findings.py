@@ -36,7 +36,8 @@ class Edit:
     - "detach_before" / "detach_after": insert `NAME = NAME.detach()` before / after the
       statement at `span`; "detach_if_before" only when NAME has a `detach` (it starts as
       `None` or `0`); "detach_tuple_before" / "detach_tuple_after" detach each tensor of a
-      tuple (`(h, c)`), "detach_tuple_if_before" unless it is None;
+      tuple (`(h, c)`), "detach_tuple_if_before" unless it is None; "detach_list_before" /
+      "detach_list_if_before" / "detach_list_after" the same for each tensor of a list;
     - "no_grad": wrap the statement at `span` in `with torch.no_grad():`;
     - "retain_graph": add `retain_graph=True` to the call at `span`;
     - "inplace_false": set the `inplace` flag of the call at `span` to False (positional at
@@ -52,7 +53,8 @@ class Edit:
     - "move_into_loop": move the statement at `span` to the top of the loop body at `target`;
     - "move_after": move the statement at `span` to just after the statement at `target`;
     - "new_leaf": the expression at `span` becomes `(X).detach().requires_grad_()`;
-    - "detach_each": the list at `span` becomes `[t.detach() for t in X]`;
+    - "detach_each": the list at `span` becomes `[t.detach() for t in X]`, or of tuples
+      `[(h.detach(), c.detach()) for h, c in X]` (names in `name`, "tuple" when not written);
     - "remove_detach": the expression at `span` is `X.detach()` or `X.data`: it becomes `X`;
     - "remove_item": the call at `span` is `X.item()`: it becomes `X`;
     - "stack": the call at `span` is `torch.tensor(xs)`: it becomes `torch.stack(xs)`;

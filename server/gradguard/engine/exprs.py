@@ -713,9 +713,43 @@ class Expressions:
             self.module_kind[obj.id] = "local"
         st.heap.setdefault(obj.id, self.no_hooks({}) if is_module else {})
         init = self.class_lookup(cls.id, "__init__", st)
+        fields = self.fields_of(cls.id, st) if init is None else None
+        if fields is not None and run_init:
+            self.init_dataclass(obj, fields, args, kwargs, st, node)
+            init = self.class_lookup(cls.id, "__post_init__", st)
         if init is not None and run_init:
-            self.call_value(self.bind_class_member(init, obj, st, node), args, dict(kwargs), st, node)
+            self.call_value(self.bind_class_member(init, obj, st, node),
+                            args if fields is None else [], dict(kwargs) if fields is None else {}, st, node)
         return frozenset({obj})
+
+    def fields_of(self, cls_id, st, seen=None):
+        """The `__init__` fields of a dataclass, its dataclass bases' first; None if it is none."""
+        own = self.dataclass_fields.get(cls_id)
+        if own is None:
+            return None
+        seen = (seen or set()) | {cls_id}
+        inherited: dict = {}
+        for base in reversed(objs_of(st.get_attr(cls_id, "<bases>") or EMPTY, "class")):
+            if base.id not in seen:
+                inherited |= {f[0]: f for f in self.fields_of(base.id, st, seen) or ()}
+        return tuple((inherited | {f[0]: f for f in own}).values())
+
+    def init_dataclass(self, obj, fields, args, kwargs, st, node):
+        """The generated `__init__`: each field from its argument, else its default (a factory
+        called now); any field from a `**cfg` or `*args` not known item by item."""
+        unknown = self.unknown_spread is node or self.unknown_keywords is node
+        for i, (name, how, default) in enumerate(fields):
+            if i < len(args):
+                v = args[i]
+            elif name in kwargs:
+                v = kwargs[name]
+            elif unknown or how is None:
+                v = UNKNOWN
+            elif how == "factory":
+                v = self.call_value(default, [], {}, st, node)
+            else:
+                v = default
+            st.set_attr(obj.id, name, v)
 
     def is_module_class(self, cls_id, st) -> bool:
         return self.derives_from(cls_id, st, lambda dotted: dotted.startswith("torch.nn")

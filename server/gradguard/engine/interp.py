@@ -154,6 +154,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.active_calls: list = []
         self.analysed_funcs: set = set()
         self.class_nodes: dict = {}  # class object id -> ClassDef
+        self.dataclass_fields: dict = {}  # class object id of a @dataclass -> its fields (see `dataclass_field`)
         self.obj_class: dict = {}  # instance object id -> class object id
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
         # function -> the grad mode its decorator runs it in (`@torch.no_grad()`: False,
@@ -718,10 +719,40 @@ class Interpreter(Expressions, TorchSemantics):
         self.frames.append(frame)
         try:
             st = self.exec_block(s.body, st) or st
+            if any(self.is_dataclass_decorator(d, st) for d in s.decorator_list):
+                self.dataclass_fields[cls.id] = tuple(f for a in s.body if (f := self.dataclass_field(a, st)))
         finally:
             self.frames.pop()
         self.bind(s.name, frozenset({cls}), st)
         return st
+
+    def is_dataclass_decorator(self, d, st) -> bool:
+        """`@dataclass`, `@dataclasses.dataclass(frozen=True)`: an `__init__` of the fields,
+        unless `init=False`."""
+        call = d if isinstance(d, ast.Call) else None
+        if call is not None and any(k.arg == "init" and not (isinstance(k.value, ast.Constant) and k.value.value)
+                                    for k in call.keywords):
+            return False
+        return self.peek(call.func if call else d, st) == frozenset({Ref("dataclasses.dataclass")})
+
+    def dataclass_field(self, stmt, st):
+        """(name, how its default is made: "value", "factory" or None for none, the value or the
+        factory) of a dataclass field `name: T = default`, `= field(default_factory=list)`; None
+        for a statement that is no field of `__init__` (a ClassVar, `field(init=False)`)."""
+        if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name) \
+                or "ClassVar" in ast.dump(stmt.annotation):
+            return None
+        name, value = stmt.target.id, stmt.value
+        if value is None:
+            return name, None, None
+        if isinstance(value, ast.Call) and self.peek(value.func, st) == frozenset({Ref("dataclasses.field")}):
+            given = {k.arg: k.value for k in value.keywords}
+            if "init" in given and not (isinstance(given["init"], ast.Constant) and given["init"].value):
+                return None
+            if "default_factory" in given:
+                return name, "factory", self.eval(given["default_factory"], st)
+            return (name, "value", self.eval(given["default"], st)) if "default" in given else (name, None, None)
+        return name, "value", st.get_attr(self.frame.class_obj.id, name) or UNKNOWN
 
     # ----------------------------------------------------------------- loops
     def stmt_For(self, s, st):

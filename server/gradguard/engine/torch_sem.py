@@ -537,7 +537,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def carriers(self, regions, st) -> tuple:
         """Names (and `self.` attributes) whose values hold the given stale regions here, each
-        with the shape a fix must detach: "tensor", or "tuple" (an LSTM's `(h, c)`)."""
+        with the shape a fix must detach: "tensor", "tuple" (an LSTM's `(h, c)`) or "list" (the
+        states of stacked cells)."""
         out = []
         scopes = [("", st.heap.get(self.frame.globals, {}) if self.frame.is_module else st.env)]
         fr = self.frame
@@ -549,9 +550,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if name.startswith("<"):
                     continue
                 tuples = [a for a in v if isinstance(a, Tup)]
-                parts = [tensor_of(i) for a in tuples for i in a.items] if tuples else [tensor_of(v)]
+                lists = objs_of(v, "list") if not tuples else []
+                parts = [tensor_of(i) for a in tuples for i in a.items] if tuples else \
+                    [tensor_of(self.iter_elements(frozenset(lists), st))] if lists else [tensor_of(v)]
                 if any(t is not None and (t.freed | t.dirty) & regions for t in parts):
-                    out.append((prefix + name, "tuple" if tuples else "tensor"))
+                    out.append((prefix + name, "tuple" if tuples else "list" if lists else "tensor"))
         return tuple(sorted(out))
 
     def retain_flag(self, kwargs, positional=None):
@@ -915,6 +918,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.namespace(args, kwargs, st, node)
         if dotted == "argparse.ArgumentParser":
             return self.make_parser(st, node)
+        if dotted == "torch.is_tensor" and args:  # `isinstance(x, torch.Tensor)`
+            t = self.isinstance_truth(args[0], frozenset({Ref("torch.Tensor")}), st)
+            return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
         if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
