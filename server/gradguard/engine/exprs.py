@@ -147,13 +147,16 @@ class Expressions:
         return frozenset({obj})
 
     def expr_JoinedStr(self, node, st):
-        for v in node.values:
-            self.eval(v, st)
-        return UNKNOWN
+        """An f-string of literals is a literal (`f"freqs:{n}"`, a cache key): known when each
+        part is a str, an int or a bool, formatted plainly."""
+        parts = [self.eval(v, st) for v in node.values]
+        texts = [literal_of(p, str, int, bool) for p in parts]
+        return const("".join(map(str, texts))) if None not in texts else UNKNOWN
 
     def expr_FormattedValue(self, node, st):
-        self.eval(node.value, st)
-        return UNKNOWN
+        v = self.eval(node.value, st)
+        plain = node.conversion in (-1, ord("s")) and node.format_spec is None
+        return v if plain and literal_of(v, str, int, bool) is not None else UNKNOWN
 
     def expr_BoolOp(self, node, st):
         return join_all(self.eval(v, st) for v in node.values)
