@@ -159,7 +159,20 @@ class Expressions:
         return v if plain and literal_of(v, str, int, bool) is not None else UNKNOWN
 
     def expr_BoolOp(self, node, st):
-        return join_all(self.eval(v, st) for v in node.values)
+        """`a or b` is `a` where `a` is true, else `b` (`base or Default(model)` with `base` None
+        is the default alone); `and` the other way round.  An operand whose truth is not known
+        may be the result, and the next one runs too."""
+        stop = isinstance(node.op, ast.Or)  # the truth that ends the chain with this operand
+        out = EMPTY
+        for i, operand in enumerate(node.values):
+            v = self.eval(operand, st)
+            if i == len(node.values) - 1:
+                return join(out, v) or UNKNOWN
+            truths = {a: self.truth_of(frozenset({a}), st) for a in v}
+            out = join(out, frozenset(a for a, t in truths.items() if t is not (not stop)))
+            if all(t is stop for t in truths.values()):
+                return out or UNKNOWN
+        return out or UNKNOWN
 
     def expr_UnaryOp(self, node, st):
         v = self.eval(node.operand, st)

@@ -33,7 +33,12 @@ def requires_grad(t: Tensor | None) -> bool:
 
 def non_leaf(t: Tensor | None) -> bool:
     """Surely has a grad_fn (and so requires grad): `leaf` alone is False for any op result."""
-    return t is not None and t.rg is True and t.leaf is False and not t.retains_grad
+    return t is not None and t.rg is True and t.leaf is False
+
+
+def unoptimizable(t: Tensor | None) -> bool:
+    """A non-leaf an optimizer refuses: one that retains its grad (`retain_grad()`) it takes."""
+    return non_leaf(t) and not t.retains_grad
 
 
 class RaiseChecks:
@@ -107,12 +112,12 @@ class RaiseChecks:
         items = self.exact_items(v, st)
         if items is None:
             t = self.each_element(v, st)
-            return (node, t) if non_leaf(t) else None
+            return (node, t) if unoptimizable(t) else None
         nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else \
             [None] * len(items)
         for item, item_node in zip(items, nodes):
             t = sure_tensor(item)
-            if non_leaf(t):
+            if unoptimizable(t):
                 return item_node if item_node is not None else node, t
             found = self.nonleaf_param(item, item_node, st, depth + 1)
             if found is not None:

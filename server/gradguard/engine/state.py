@@ -156,6 +156,15 @@ def mark_grad_gained(st: State, storage: tuple, new: Tensor, definite: bool) -> 
     _rewrite(st, fn)
 
 
+def mark_flag_set(st: State, old: Tensor, rg: bool) -> None:
+    """`x.requires_grad = True` (or `requires_grad_()`) on a leaf changed the tensor object,
+    not one name of it: the caller's variable a parameter stood for, an attribute holding
+    it, see the new flag too (a view of it made before is another object, and does not)."""
+    if old.ident is None or is_summary(old.ident) or old.leaf is not True:
+        return
+    _rewrite(st, lambda t: replace(t, rg=rg, leaf=True) if t.ident == old.ident and t.rg != rg else t)
+
+
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:
     """Add `regions` to the `flag` set ("freed" or "dirty") of every value that carries them,
     and the must fact to every value that surely carries one of the `sure` regions."""

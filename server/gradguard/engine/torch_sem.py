@@ -22,7 +22,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.shapes import SIZE, Shapes
-from gradguard.engine.state import GLOBALS, mark_dirty, mark_freed, mark_grad_gained
+from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
     Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr,
@@ -174,8 +174,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         the node is where a graph may have been cut."""
         rg = rg if st.grad is not False else False
         cut = self.cut_by(node, inputs, st) if rg is False else frozenset()
-        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({("t",) + self.region_id(node, sub)}), cut=cut,
-                                 inference=self.inference_site(), deps=frozenset())})
+        storage = ("t",) + self.region_id(node, sub)
+        return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset({storage}), cut=cut,
+                                 inference=self.inference_site(), deps=frozenset(), ident=storage)})
 
     def cut_by(self, node, inputs, st) -> frozenset:
         """Where the graph of a result without grad was cut: here, if an input may require grad
@@ -286,7 +287,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         inference = self.inference_site() or (bt.inference if view and bt is not None else None)
         if rg is False:
             return frozenset({Tensor(rg=False, leaf=True, objs=objs, cut=self.cut_by(node, inputs, st),
-                                     inference=inference, deps=frozenset())})
+                                     inference=inference, deps=frozenset(), ident=("t",) + rid)})
         regions, freed, dirty, sure = set(), set(), set(), set()
         for v in inputs:
             t = tensor_of(v)
@@ -373,7 +374,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if t is None:
             return UNKNOWN
         view_leaf = t.view_of_leaf or (t.leaf is True and t.rg is True)
-        return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf, shape=None)})
+        return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf, shape=None,
+                                  ident=("view",) + self.region_id(node, "view"))})
 
     def index_tensor(self, base, index, st, node):
         if tensor_of(index) is not None:
@@ -600,6 +602,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.set_requires_grad(target, target.value, sure_tensor(base), flag, setter=True)
             # past this line the tensor is a leaf: on a non-leaf the assignment raises
             new = frozenset({replace(t, rg=flag if flag is not None else None, leaf=True)})
+            if len(base) == 1 and flag is not None:
+                mark_flag_set(st, t, flag)
             self.rebind(target.value, new, st)
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
         elif name == "grad":
@@ -646,6 +650,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             # a non-leaf raises on False and stays a non-leaf on True; a leaf stays a leaf
             leaf = True if flag is False or t.leaf is True else (t.leaf if t.rg is True else None)
             new = frozenset({replace(t, rg=flag, leaf=leaf)})
+            if len(v) == 1 and flag is not None:
+                mark_flag_set(st, t, flag)
             if recv is not None:
                 self.rebind(recv, new, st)
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)

@@ -67,6 +67,9 @@ class Tensor:
     deps: Optional[frozenset] = None
     shape: Optional[tuple] = None  # its sizes, when the program states them (see engine/shapes.py)
     dtype: Optional[str] = None  # "float32", "float64", ... when surely that
+    # which tensor object it is, when made here (a factory's result, a view): what setting its
+    # requires_grad changes for every name of it; None when not known
+    ident: Optional[tuple] = None
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -239,7 +242,8 @@ def join_tensors(ts: list) -> Tensor:
                   frozenset().union(*(t.cut for t in ts)), frozenset.intersection(*(t.sure for t in ts)),
                   _tri_join_all(t.inference for t in ts),
                   None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)),
-                  _tri_join_all(t.shape for t in ts), _tri_join_all(t.dtype for t in ts))
+                  _tri_join_all(t.shape for t in ts), _tri_join_all(t.dtype for t in ts),
+                  _tri_join_all(t.ident for t in ts))
 
 
 MAX_ATOMS = 12
