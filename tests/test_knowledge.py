@@ -753,6 +753,44 @@ def test_layer_geometry_matches_torch():
         assert spatial(geo, tuple(x.shape[2:])) == tuple(layer(x).shape[2:]), (cls_name, args, kwargs)
 
 
+def test_numpy_arrays_match_numpy():
+    """Each numpy factory of the table, called as code calls it, gives the shape and dtype the
+    engine states; element-wise functions keep them; torch's conversions carry them over."""
+    torch = _torch()
+    import numpy as np
+
+    from gradguard.engine.arrays import call_numpy, tensor_from_array
+    from gradguard.engine.values import Const, Tup
+
+    def value(v):
+        return frozenset({Tup(tuple(value(i) for i in v))}) if isinstance(v, tuple) else frozenset({Const(v)})
+
+    t = K.NUMPY_ARRAYS
+    for name, where in t.sizes.items():
+        fn = np
+        for part in name.split("."):
+            fn = getattr(fn, part)
+        args = (2, 3) if where == "each" else (0, 5)[:where] + ((2, 3),) if where else ((2, 3),)
+        args = args + (1.5,) if name == "full" else args
+        got = call_numpy(name, [value(a) for a in args], {})
+        (array,) = tuple(got)
+        made = fn(*args)
+        assert (array.shape, array.dtype) == (made.shape, str(made.dtype)), name
+    for name in ("linspace", "arange"):
+        args = (0.0, 1.0, 7) if name == "linspace" else (2, 11, 3)
+        (array,) = tuple(call_numpy(name, [value(a) for a in args], {}))
+        made = getattr(np, name)(*args)
+        assert (array.shape, array.dtype) == (made.shape, str(made.dtype)), name
+    x = np.ones((2, 3), dtype=np.float32)
+    (array,) = tuple(call_numpy("zeros", [value((2, 3))], {"dtype": value("float32")}))
+    for name in t.elementwise:
+        if hasattr(np, name):
+            assert getattr(np, name)(x).shape == x.shape and getattr(np, name)(x).dtype == x.dtype, name
+    for name in t.keep_dtype | t.float32:
+        made = getattr(torch, name)(x)
+        assert (tuple(made.shape), str(made.dtype).split(".")[-1]) == tensor_from_array(name, array), name
+
+
 # --------------------------------------------------------------------------- generator
 
 @pytest.mark.slow

@@ -11,12 +11,13 @@ import ast
 import operator
 from dataclasses import replace
 
+from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Const, Func, Method, Num, Obj, Ref, Span,
-    Super, Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all, join_tensors,
-    literal_of, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, Num, Obj, Ref,
+    Span, Super, Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
+    join_tensors, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -216,6 +217,8 @@ class Expressions:
         if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
             li, ri = self.exact_items(left, st), self.exact_items(right, st)
             return frozenset({Tup(tuple(li) + tuple(ri))}) if li is not None and ri is not None else UNKNOWN
+        if any(isinstance(a, Array) for a in left | right):
+            return array_binop(op, left, right)
         folded = _fold(op, left, right)
         if folded is not None:
             return folded
@@ -501,6 +504,8 @@ class Expressions:
                 out = join(out, frozenset({Ref(a.dotted + "." + name)}))
             elif isinstance(a, Tensor):
                 out = join(out, self.tensor_attribute(frozenset({a}), name, st, node))
+            elif isinstance(a, Array):
+                out = join(out, self.array_attribute(a, name, st, node))
             elif isinstance(a, Obj):
                 out = join(out, self.object_attribute(a, name, st, node))
             elif isinstance(a, Super):  # `super().forward`: looked up in the bases when called
@@ -584,6 +589,8 @@ class Expressions:
         for a in base:
             if isinstance(a, Tensor):
                 out = join(out, self.index_tensor(frozenset({a}), index, st, node))
+            elif isinstance(a, Array):
+                out = join(out, array_index(a, index))
             elif isinstance(a, Tup):
                 k, at = node.slice, int_of(index)
                 if at is not None and -len(a.items) <= at < len(a.items):
@@ -812,7 +819,7 @@ class Expressions:
 
     # ----------------------------------------------------------------- constant folding
     def truth_of(self, v, st=None):
-        if not v or any(isinstance(a, (Unknown, Tensor, Num, Method, Ref)) for a in v):
+        if not v or any(isinstance(a, (Unknown, Tensor, Array, Num, Method, Ref)) for a in v):
             return None
         truths = set()
         for a in v:

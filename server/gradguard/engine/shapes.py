@@ -383,7 +383,10 @@ class Shapes:
 
     def sizes(self, v, st, node):
         """`x.shape`, `x.size()`: a sequence of sizes, known one by one where the shape is."""
-        items = size_items(of(v), SIZE)
+        return self.sequence_of_sizes(of(v), st, node)
+
+    def sequence_of_sizes(self, shape: Shape, st, node):
+        items = size_items(shape, SIZE)
         if items is None:
             return self.make_sequence(SIZE, st, node)
         return self.make_sequence(frozenset().union(*items), st, node, nonempty=bool(items), items=items)

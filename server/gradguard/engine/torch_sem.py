@@ -18,15 +18,16 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arguments import ArgumentParsers
+from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, tensor_from_array
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.shapes import SIZE, Shapes
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Const, GradMode, Method,
-    Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr,
-    item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
+    Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary,
+    item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -92,7 +93,7 @@ def _tri_or(values) -> object:
 
 
 
-class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes):
+class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes, Arrays):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
         return frozenset({Ref("builtins." + name)}) if name in BUILTIN_NAMES else UNKNOWN
@@ -728,6 +729,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """A method call on one alternative `a` of the receiver `recv`."""
         if isinstance(a, Tensor):
             return self.tensor_method(frozenset({a}), name, args, kwargs, st, node)
+        if isinstance(a, Array):
+            return array_method(a, name, args)
         if isinstance(a, Obj) and a.kind == "module":
             return self.module_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Obj) and a.kind == "optimizer":
@@ -935,6 +938,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if (dotted in K.TO_NUMPY.functions or dotted in K.TO_NUMPY.sequence_functions and is_sequence(args[0])) \
                 and args and node.args:
             self.to_numpy(node, node.args[0], args[0], kwargs, st, sequence=True)
+        if dotted.startswith("numpy.") and (made := call_numpy(dotted[6:], args, kwargs)) is not None:
+            return made
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
             return self.call_unknown(args, kwargs, st, node)
         return self.call_torch(dotted, last, args, kwargs, st, node)
@@ -957,6 +962,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({GradMode(mode, inference=mode is False and dotted in K.INFERENCE_MODE_CONTEXTS)})
         if dotted in K.ENABLE_GRAD_CONTEXTS:
             return frozenset({GradMode(True)})
+        converted = tensor_from_array(last, array_of(args[0])) if args and array_of(args[0]) else None
+        if converted is not None:  # `torch.tensor(points)`, `torch.from_numpy(x)`: the array's shape and dtype
+            rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
+            made = tensor_of(self.fresh_tensor(node, st, rg=rg))
+            dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else converted[1]
+            return frozenset({replace(made, shape=converted[0], dtype=dtype)})
         if dotted in K.SET_GRAD_ENABLED:
             flag = self.truth_of(args[0]) if args else None
             st.grad = flag
@@ -1111,6 +1122,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         a0 = args[0] if args else UNKNOWN
         if name == "len" and (size := self.known_len(a0, st)) is not None:
             return const(size)
+        if name == "len" and array_of(a0) is not None and array_of(a0).shape and array_of(a0).shape[0] is not None:
+            return const(array_of(a0).shape[0])
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:

@@ -93,6 +93,15 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Array:
+    """A numpy array: no graph, its shape and dtype where the code states them (see
+    engine/arrays.py)."""
+
+    shape: Optional[tuple] = None
+    dtype: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Num:
     """Some Python number (kind matters for picking op overloads).  `size`: a tensor's size
     along a dimension (`x.shape[0]`, `len(x)`), taken to be at least 1, as a loop over a

@@ -49,6 +49,8 @@ torchgen data; never edit by hand)
         another dtype copies, with a grad_fn.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
+    ``NUMPY_ARRAYS`` (a :class:`NumpyArrays`)
+        the shapes and dtypes numpy code states, and how torch's conversions carry them.
     ``TO_NUMPY`` (a :class:`ToNumpy`)
         conversions to numpy, which refuse a tensor that requires grad in grad mode.
     ``BACKWARD_CALLS`` (a :class:`BackwardCalls`)
@@ -88,7 +90,8 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "DEFAULT_FLOAT_FACTORIES", "INPUT_DTYPE_FACTORIES",
+    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS", "DEFAULT_FLOAT_FACTORIES",
+    "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
 ]
@@ -490,6 +493,17 @@ class NumpyToTorch:
 
 
 @dataclass(frozen=True)
+class NumpyArrays:
+    """What numpy code states of its arrays' shapes and dtypes (see api.json "numpy_arrays")."""
+
+    sizes: Mapping  # factory (under numpy.) -> position of its shape argument, or "each"
+    int_factories: frozenset  # factories whose result is int64
+    elementwise: frozenset  # functions whose result has their argument's shape and dtype
+    keep_dtype: frozenset  # torch functions making a tensor of the array's dtype
+    float32: frozenset  # torch functions making a float32 tensor
+
+
+@dataclass(frozen=True)
 class ToNumpy:
     """Conversions to numpy: `t.numpy()` and numpy functions that reach it through `__array__`."""
 
@@ -586,6 +600,10 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["same_shape"])
     if name == "DEFAULT_FLOAT_FACTORIES":
         return frozenset(api["shapes"]["default_float"])
+    if name == "NUMPY_ARRAYS":
+        a = api["numpy_arrays"]
+        return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["elementwise"]),
+                           frozenset(a["keep_dtype"]), frozenset(a["float32"]))
     if name == "LAYER_GEOMETRY":
         g = api["shapes"]["geometry"]
         return FrozenMap((cls, (kind, tuple(g[kind]))) for cls, kind in g["layers"].items())
