@@ -760,7 +760,7 @@ def test_numpy_arrays_match_numpy():
     import numpy as np
 
     from gradguard.engine.arrays import call_numpy, tensor_from_array
-    from gradguard.engine.values import Const, Tup
+    from gradguard.engine.values import Const, Ref, Tup
 
     def value(v):
         return frozenset({Tup(tuple(value(i) for i in v))}) if isinstance(v, tuple) else frozenset({Const(v)})
@@ -769,13 +769,18 @@ def test_numpy_arrays_match_numpy():
     for name, where in t.sizes.items():
         fn = np
         for part in name.split("."):
-            fn = getattr(fn, part)
+            fn = getattr(fn, part, None) or getattr(np.random.default_rng(0), part)  # `integers`: a Generator's
         args = (2, 3) if where == "each" else (0, 5)[:where] + ((2, 3),) if where else ((2, 3),)
         args = args + (1.5,) if name == "full" else args
         got = call_numpy(name, [value(a) for a in args], {})
         (array,) = tuple(got)
         made = fn(*args)
         assert (array.shape, array.dtype) == (made.shape, str(made.dtype)), name
+    for name in t.generators:
+        assert call_numpy(name, [value(0)], {}) == frozenset({Ref("numpy.random")}), name
+        generator = getattr(np.random, name.split(".")[-1])(0)
+        assert all(hasattr(generator, n.split(".")[-1]) for n in t.sizes if n.startswith("random.")
+                   and n not in ("random.randint", "random.rand", "random.randn", "random.integers")), name
     for name in ("linspace", "arange"):
         args = (0.0, 1.0, 7) if name == "linspace" else (2, 11, 3)
         (array,) = tuple(call_numpy(name, [value(a) for a in args], {}))

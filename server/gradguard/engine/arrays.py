@@ -37,6 +37,8 @@ def dtype_name(v) -> str | None:
 def call_numpy(name: str, args: list, kwargs: dict):
     """`numpy.<name>(...)`: an array when numpy states its shape or dtype, else None."""
     t = K.NUMPY_ARRAYS
+    if name in t.generators:  # `rng = np.random.default_rng(0)`: `rng.normal(size=3)` draws as np.random does
+        return frozenset({Ref("numpy.random")})
     dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else "int64" if name in t.int_factories else "float64"
     where = t.sizes.get(name)
     if where == "each":

@@ -671,7 +671,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in CONVERSIONS:
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
             inference = self.inference_site() if t.inference is not None else None
-            dtype = self.converted_dtype(name, args, kwargs) or (t.dtype if name in ("cuda", "cpu") else None)
+            like = tensor_of(args[0]) if name == "to" and args and len(args[0]) == 1 else None  # `x.to(y)`
+            dtype = like.dtype if like is not None else \
+                self.converted_dtype(name, args, kwargs) or (t.dtype if name in ("cuda", "cpu", "to") else None)
             return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype)})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
@@ -683,6 +685,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    def fill_dtype(self, fill) -> str | None:
+        """`torch.full(size, fill)`: the dtype its fill value gives, as torch infers it."""
+        v = literal_of(fill, int, float, bool)
+        kind = type(v)
+        return None if v is None else "bool" if kind is bool else "int64" if kind is int else \
+            None if self.default_dtype_set else "float32"
 
     def converted_leaf(self, name, args, kwargs, t: Tensor):
         """A conversion (`.to(...)`, `.double()`) returns the tensor itself when it changes
@@ -1020,6 +1029,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
                 ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None) or \
+                (self.fill_dtype(args[1]) if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
                  and tensor_of(args[0]) is not None else None)
             return frozenset({replace(tensor_of(made), dtype=dtype)}) if dtype else made
@@ -1206,6 +1216,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return NONE
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})
+        if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
+            return const(float(literal_of(a0, int, float, bool)))
         if name == "print":
             return NONE
         if name == "dict":
@@ -1581,8 +1593,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def optimizer_method(self, opt, name, args, kwargs, st, node):
         if name in K.OPTIMIZER_STEP_METHODS:
+            closure = kwargs.get("closure", args[0] if args else NONE)
+            out = UNKNOWN
+            if closure != NONE:  # `step(closure)`: every optimizer calls it first, grad mode on (LBFGS maybe again)
+                outer, st.grad = st.grad, True
+                out = self.call_value(closure, [], {}, st, node)
+                st.grad = outer
             self.optimizer_step(opt, st, node)
-            return UNKNOWN
+            return out
         if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
             self.grads_cleared(opt, kwargs, st)

@@ -498,6 +498,7 @@ class NumpyArrays:
 
     sizes: Mapping  # factory (under numpy.) -> position of its shape argument, or "each"
     int_factories: frozenset  # factories whose result is int64
+    generators: frozenset  # `np.random.default_rng(0)`: draws as `np.random` does
     elementwise: frozenset  # functions whose result has their argument's shape and dtype
     keep_dtype: frozenset  # torch functions making a tensor of the array's dtype
     float32: frozenset  # torch functions making a float32 tensor
@@ -602,8 +603,8 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["default_float"])
     if name == "NUMPY_ARRAYS":
         a = api["numpy_arrays"]
-        return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["elementwise"]),
-                           frozenset(a["keep_dtype"]), frozenset(a["float32"]))
+        return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["generators"]),
+                           frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]))
     if name == "LAYER_GEOMETRY":
         g = api["shapes"]["geometry"]
         return FrozenMap((cls, (kind, tuple(g[kind]))) for cls, kind in g["layers"].items())
