@@ -674,7 +674,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             like = tensor_of(args[0]) if name == "to" and args and len(args[0]) == 1 else None  # `x.to(y)`
             dtype = like.dtype if like is not None else \
                 self.converted_dtype(name, args, kwargs) or (t.dtype if name in ("cuda", "cpu", "to") else None)
-            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype)})
+            # the tensor itself only when nothing is converted (a dtype it has, no device): else a copy may be
+            same = t.dtype is not None and self.converted_dtype(name, args, kwargs) == t.dtype and \
+                not (name == "to" and device_given(args, kwargs)) and name not in ("cuda", "cpu")
+            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=t.ident if same else None)})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
             return v
         if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
@@ -685,6 +688,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    def identity(self, v) -> tuple | None:
+        """Which one object `v` surely is (a tensor made here, an object), for `id(v)`; None when
+        it may be several (a summary of many iterations' objects, a join)."""
+        (a,) = tuple(v) if len(v) == 1 else (None,)
+        ident = a.ident if isinstance(a, Tensor) else a.id if isinstance(a, Obj) else None
+        return ident if ident is not None and not is_summary(ident) else None
 
     def fill_dtype(self, fill) -> str | None:
         """`torch.full(size, fill)`: the dtype its fill value gives, as torch infers it."""
@@ -1136,6 +1146,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(array_of(a0).shape[0])
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
+        if name == "id" and (ident := self.identity(a0)) is not None:  # a cache keyed by `id(inputs)`
+            return const(f"<id {ident}>")
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
