@@ -722,6 +722,13 @@ def test_module_table_matches_torch_nn():
             params = list(inspect.signature(cls.__init__).parameters)[1:]
             assert params[m.inplace_pos] == m.inplace_arg, name
             assert K.resolve(m.inplace_op, ["tensor"], method=False).inplace, name
+        if m.renorm_arg:  # given, each call changes the weight in place (its version moves)
+            params = list(inspect.signature(cls.__init__).parameters)[1:]
+            assert params[m.renorm_pos] == m.renorm_arg, name
+            layer = cls(5, 3, **{m.renorm_arg: 100.0})
+            before = layer.weight._version
+            layer(torch.tensor([0, 1]))
+            assert layer.weight._version > before, name
 
 
 def test_layer_geometry_matches_torch():

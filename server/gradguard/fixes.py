@@ -627,8 +627,10 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
             name = (n.value if isinstance(n, ast.Subscript) else n.func.value).id
             fixes.append(Fix(f"Modify a copy: `{name} = {name}.clone()` first",
                              (edit(facts, "clone_before", stmt, name),), applicability="safe"))
-    operands = saved_operands(facts, b)
-    if operands:  # or the op saves a copy: the queue it reads is pushed to in place afterwards
+    # or the op saves a copy: the queue it reads is pushed to in place afterwards; a weight too when
+    # no step changed it (an embedding's max_norm renormalizing it in its lookup)
+    operands = saved_operands(facts, b, weights=not any(_is_step(n) for n in changers))
+    if operands:
         fixes.append(Fix("Save a copy for backward: " + ", ".join(f"`{facts.text(o)}.clone()` in `{facts.text(op, 40)}`"
                                                               for o, op in operands[:2]),
                          tuple(edit(facts, "clone", o) for o, _ in operands), applicability="safe"))
@@ -643,17 +645,25 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
     return ranked(fixes)
 
 
-def saved_operands(facts: Facts, b: Backward) -> list:
+def _owner_of_attribute(facts: Facts, node) -> bool:
+    """`items` in `items.weight`: it holds the operand, it is not one (a method's receiver,
+    `items.weight` in `items.weight.t()`, is)."""
+    parent = facts.parents.get(node)
+    return isinstance(parent, ast.Attribute) and not (isinstance(facts.parents.get(parent), ast.Call)
+                                                      and facts.parents[parent].func is parent)
+
+
+def saved_operands(facts: Facts, b: Backward, weights: bool = False) -> list:
     """(operand, op): the operands holding a storage that an op saved and an in-place op then
     surely changed (the queue in `torch.einsum("nc,ck->nk", [q, queue.keys])`, pushed to
-    before the backward).  Not parameters: a copy would make the backward compute gradients
-    of weights the step already replaced."""
+    before the backward).  Not parameters, unless `weights`: after a step a copy would make
+    the backward compute gradients of weights the step already replaced."""
     out = {}  # by operand: regions of several iterations are one op
     for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node)):
         out |= {id(o): (o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
-                if isinstance(o.ctx, ast.Load) and not isinstance(facts.parents.get(o), ast.Attribute)
+                if isinstance(o.ctx, ast.Load) and not _owner_of_attribute(facts, o)
                 and id(o) in facts.values and facts.values[id(o)].objs & r.stale
-                and not any(obj[0] == "params" for obj in facts.values[id(o)].objs)}  # weights: see `_step_moved`
+                and (weights or not any(obj[0] == "params" for obj in facts.values[id(o)].objs))}
     return list(out.values())
 
 

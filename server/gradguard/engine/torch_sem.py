@@ -1302,6 +1302,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if flag is not None and self.truth_of(flag) is True:
             attrs["<inplace>"] = const(True)
             self.inplace_flags[obj.id] = (node, position)
+        renorm = kwargs.get(info.renorm_arg) if info.renorm_arg else None
+        if renorm is None and info.renorm_pos is not None and info.renorm_pos < len(args):
+            renorm = args[info.renorm_pos]
+        if renorm is not None and renorm != NONE:
+            attrs["<renorms>"] = const(True) if NONE.isdisjoint(renorm) and renorm else UNKNOWN
         attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
         st.heap[obj.id] = attrs
         return frozenset({obj})
@@ -1486,6 +1491,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 bound[p] = v
                 inputs.append(v)
             modules = ()
+            if st.get_attr(m.id, "<renorms>") == const(True):  # `Embedding(max_norm=...)`: its rows renormed in place
+                self.version_bump(node, frozenset({("params", m.id)}), st, frozenset({("params", m.id)}))
             if info.has_params:
                 pv = self.param_value(m, st, subtree=True)
                 for p in info.param_params:

@@ -441,6 +441,8 @@ class ModuleInfo:
     inplace_arg: Optional[str] = None  # constructor arg making the call in place (ReLU(inplace=True))
     inplace_pos: Optional[int] = None  # its position among constructor args (LeakyReLU(0.2, True) -> 1)
     inplace_op: Optional[str] = None  # the op when that arg is True ("relu_")
+    renorm_arg: Optional[str] = None  # constructor arg that, not None, renormalizes the weight in place per call
+    renorm_pos: Optional[int] = None  # its position among constructor args (Embedding's max_norm: 3)
     recurrent: bool = False  # RNN family: carries a hidden state between calls
     returns_tuple: bool = False  # returns a tuple ((output, hidden) for RNN/LSTM/GRU/LSTMCell)
     returns_input: bool = False  # returns its argument itself (Identity)
@@ -462,7 +464,8 @@ def _modules() -> Dict[str, ModuleInfo]:
         out[name] = ModuleInfo(
             name=name, has_params=bool(raw["has_params"]), op=raw.get("op"),
             container=bool(raw.get("container", False)), inplace_arg=raw.get("inplace_arg"),
-            inplace_pos=raw.get("inplace_pos"), inplace_op=raw.get("inplace_op"),
+            inplace_pos=raw.get("inplace_pos"), inplace_op=raw.get("inplace_op"), renorm_arg=raw.get("renorm_arg"),
+            renorm_pos=raw.get("renorm_pos"),
             recurrent=bool(raw.get("recurrent", False)), returns_tuple=bool(raw.get("returns_tuple", False)),
             returns_input=bool(raw.get("returns_input", False)),
             input_params=tuple(raw.get("input_params", ())), param_params=tuple(raw.get("param_params", ())),
