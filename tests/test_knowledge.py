@@ -727,7 +727,7 @@ def test_module_table_matches_torch_nn():
             assert params[m.renorm_pos] == m.renorm_arg, name
             layer = cls(5, 3, **{m.renorm_arg: 100.0})
             before = layer.weight._version
-            layer(torch.tensor([0, 1]))
+            layer(torch.tensor([[0, 1]]))  # a bag of two for EmbeddingBag
             assert layer.weight._version > before, name
 
 
@@ -739,7 +739,7 @@ def test_layer_geometry_matches_torch():
 
     from gradguard.engine.shapes import geometry, spatial
     from gradguard.engine.values import Const, Tup
-    for cls_name, (_, params) in K.LAYER_GEOMETRY.items():
+    for cls_name, (_, _, params) in K.LAYER_GEOMETRY.items():
         signature = list(inspect.signature(getattr(torch.nn, cls_name).__init__).parameters)[1:]
         assert signature[:len(params)] == list(params), cls_name
 
@@ -751,13 +751,16 @@ def test_layer_geometry_matches_torch():
              ("ConvTranspose2d", (3, 4, 2), {"stride": 2}),
              ("ConvTranspose1d", (3, 4, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
              ("MaxPool2d", (2,), {}), ("MaxPool1d", (3, 2, 1), {}), ("AvgPool2d", (3,), {"stride": 2, "padding": 1}),
+             ("AvgPool2d", (3, 2, 0, False), {}), ("MaxPool2d", (2,), {"ceil_mode": False}),
              ("AdaptiveAvgPool2d", ((None, 3),), {}), ("AdaptiveMaxPool1d", (5,), {})]
     for cls_name, args, kwargs in cases:
         layer = getattr(torch.nn, cls_name)(*args, **kwargs)
-        rank = int(cls_name[-2])
+        rank = K.LAYER_GEOMETRY[cls_name][1]
         x = torch.zeros((1, 3) + (17, 12, 9)[:rank])
         geo = geometry(cls_name, [value(a) for a in args], {k: value(v) for k, v in kwargs.items()})
         assert spatial(geo, tuple(x.shape[2:])) == tuple(layer(x).shape[2:]), (cls_name, args, kwargs)
+    assert geometry("AvgPool2d", [value(3), value(2), value(0), value(True)], {}) is None  # ceil_mode, by position
+    assert geometry("MaxPool1d", [value(3)], {"ceil_mode": frozenset()}) is None  # not known
 
 
 def test_numpy_arrays_match_numpy():
@@ -767,7 +770,7 @@ def test_numpy_arrays_match_numpy():
     import numpy as np
 
     from gradguard.engine.arrays import call_numpy, tensor_from_array
-    from gradguard.engine.values import Const, Ref, Tup
+    from gradguard.engine.values import Array, Const, Ref, Tup
 
     def value(v):
         return frozenset({Tup(tuple(value(i) for i in v))}) if isinstance(v, tuple) else frozenset({Const(v)})
@@ -798,6 +801,10 @@ def test_numpy_arrays_match_numpy():
     for name in t.elementwise:
         if hasattr(np, name):
             assert getattr(np, name)(x).shape == x.shape and getattr(np, name)(x).dtype == x.dtype, name
+    ints = Array((4,), "int64")
+    assert call_numpy("sqrt", [frozenset({ints})], {}) == frozenset({Array((4,), None)})  # float64, not int64
+    assert tuple(call_numpy("full", [value((2,)), value(1)], {}))[0].dtype == str(np.full((2,), 1).dtype)
+    assert call_numpy("random.uniform", [value(-1.0), value(1.0)], {}) is None  # a Python float
     for name in t.keep_dtype | t.float32:
         made = getattr(torch, name)(x)
         assert (tuple(made.shape), str(made.dtype).split(".")[-1]) == tensor_from_array(name, array), name

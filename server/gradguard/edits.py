@@ -933,7 +933,7 @@ def _out_of_place(doc: _Doc, e: Edit):
     if path is None:
         return None
     if isinstance(path[-1], ast.AugAssign):
-        return _out_of_place_aug(doc, e.span, path)
+        return _out_of_place_aug(doc, e.span, path, item=e.name == "item")
     chain = _inplace_chain(doc, path)
     if chain is not None:
         return chain
@@ -992,10 +992,12 @@ def _inplace_chain(doc: _Doc, path: list):
     return [(Replacement(Span(*sp), module.code_for_node(new)), _region(doc, path))]
 
 
-def _out_of_place_aug(doc: _Doc, sp: Span, path: list):
+def _out_of_place_aug(doc: _Doc, sp: Span, path: list, item: bool = False):
+    """`x += y` -> `x = x + y`; `xs[i] += y` too when `item` (`xs` is a list: the item is
+    replaced, where on a tensor `x[i] = x[i] + y` would still write x in place)."""
     aug = path[-1]
-    if not isinstance(aug.target, (ast.Name, ast.Attribute)):
-        return None  # `x[i] += y` as `x[i] = x[i] + y` would still write x in place
+    if not isinstance(aug.target, (ast.Name, ast.Attribute)) and not (item and isinstance(aug.target, ast.Subscript)):
+        return None
     module = cst.parse_module(doc.segment(sp) + doc.newline)
     node = module.body[0].body[0]
     op, value = node.operator, node.value

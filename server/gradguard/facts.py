@@ -148,6 +148,7 @@ class Facts:
     values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover
     maybe_none: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value may be None
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
+    list_items: set = field(default_factory=set)  # ids of `xs[i] += y` whose `xs` is surely a list (not a tensor)
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
     read: tuple = ()  # paths of workspace modules whose text decided what was analysed (see analysis._run)

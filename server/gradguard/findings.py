@@ -46,7 +46,8 @@ class Edit:
     - "clone_before": insert `NAME = NAME.clone()` before the statement at `span`;
     - "out_of_place": turn the in-place call at `span` (`x.relu_()`, `x.masked_fill_(...)`)
       into an assignment of its out-of-place form (`x = x.relu()`), or inside an expression
-      into the out-of-place call (`h.sigmoid_()` -> `h.sigmoid()`);
+      into the out-of-place call (`h.sigmoid_()` -> `h.sigmoid()`); `x += y` becomes `x = x + y`,
+      and `xs[i] += y` too when `name` is "item" (`xs` is a list);
     - "retain_grad": insert `NAME.retain_grad()` after the statement at `span`;
     - "requires_grad_after": insert `NAME.requires_grad_()` after the statement at `span`;
     - "zero_grad": insert `NAME.zero_grad()` before the statement at `span`;

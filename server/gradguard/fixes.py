@@ -132,8 +132,8 @@ def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
 
 
 def lists_on_attributes(facts: Facts, regions: frozenset) -> list:
-    """Assignments `self.state = new_state` of a local list (or a name assigned it) that the
-    same function filled with values carrying one of `regions` (`new_state.append(h)`), and
+    """Assignments `self.state = new_state` of a list named in the function (or a name assigned
+    it) that the same function filled with values carrying one of `regions` (`new_state.append(h)`), and
     that nothing reads later in the function: the object keeps each element's graph past the
     iteration.  Each with a value appended, which tells what an element is (`(h, c)`)."""
     filled = {(_function_of(facts, call), call.func.value.id): call.args[-1] for call in facts.nodes(None, ast.Call)
@@ -168,20 +168,25 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
 
 
 def tuple_reentries(facts: Facts, regions: frozenset) -> list:
-    """The first read, before the statement, of each attribute a statement assigns a tuple to
-    in a function that built one of `regions` (`self._state = self._carry(state)` after `out,
-    state = self.rnn(x, self._state)`): where the previous call's `(h, c)` comes back."""
+    """The first read, before the statement or in its value, of each attribute a statement
+    assigns a tuple to in a function that built one of `regions` (`self._state =
+    self._carry(state)` after `out, state = self.rnn(x, self._state)`; `out, self.hidden =
+    self.lstm(x, self.hidden)`): where the previous call's `(h, c)` comes back."""
     out = []
     functions = {facts.regions[r].function for r in regions}  # where the freed graph was built
     for stmt in facts.nodes(None, ast.Assign):
-        if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Attribute) \
-                or _function_of(facts, stmt) not in functions \
+        if len(stmt.targets) != 1 or _function_of(facts, stmt) not in functions \
                 or not any(id(n) in facts.tuples for n in ast.walk(stmt.value)):
             continue
-        reads = [n for n in _reads_of(facts, facts.text(stmt.targets[0], 200), _function_of(facts, stmt))
-                 if before(n, stmt) and id(n) in facts.tuples]
-        if reads:
-            out.append(min(reads, key=position))
+        target = stmt.targets[0]  # `self._state = ...`, or `out, self.hidden = self.lstm(x, self.hidden)`
+        rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
+        for attr in target.elts if isinstance(target, ast.Tuple) else [target]:
+            if not isinstance(attr, ast.Attribute):
+                continue
+            reads = [n for n in _reads_of(facts, facts.text(attr, 200), _function_of(facts, stmt))
+                     if (before(n, stmt) or id(n) in rhs) and id(n) in facts.tuples]
+            if reads:
+                out.append(min(reads, key=position))
     return out
 
 
@@ -618,8 +623,8 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
                                                and K.has_out_of_place(n.func.attr)
                                                and (_whole_statement(facts, top) or _unobserved(facts, n))):
             fixes.append(Fix("Use the out-of-place operation",
-                             (edit(facts, "out_of_place", top if _whole_statement(facts, top) else n),),
-                             applicability="safe"))
+                             (edit(facts, "out_of_place", top if _whole_statement(facts, top) else n,
+                                   "item" if id(n) in facts.list_items else ""),), applicability="safe"))
         elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)  # `x[i] = v`, `sim.fill_diagonal_(0)`
               or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
               and n.func.attr.endswith("_")) and _computed_here(facts, n.value if isinstance(n, ast.Subscript)

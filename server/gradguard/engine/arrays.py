@@ -16,8 +16,9 @@ from gradguard.engine.shapes import broadcast, indexed, numel, reshaped, sizes
 from gradguard.engine.values import UNKNOWN, Array, Const, Method, Num, Ref, const, int_of
 
 _FLOATS = frozenset({"float16", "float32", "float64"})
+_DTYPES = _FLOATS | {"int8", "int16", "int32", "int64", "uint8", "bool"}
 _NAMES = {"float": "float64", "double": "float64", "int": "int64", "single": "float32", "half": "float16",
-          "bool": "bool", "bool_": "bool"}
+          "bool_": "bool"}
 
 
 def array_of(v) -> Array | None:
@@ -27,47 +28,65 @@ def array_of(v) -> Array | None:
 
 
 def dtype_name(v) -> str | None:
-    """numpy's name of a dtype written `np.float32`, `"float32"`, `float` or `torch.float32`."""
+    """numpy's name of a dtype written `np.float32`, `"float32"`, `float` or `torch.float32`;
+    None for any other spelling (`"f4"`, `np.intc`)."""
     (a,) = tuple(v) if len(v) == 1 else (None,)
     name = a.value if isinstance(a, Const) and isinstance(a.value, str) else \
-    a.dotted.rsplit(".", 1)[-1] if isinstance(a, Ref) else None
-    return _NAMES.get(name, name) if name else None
+        a.dotted.rsplit(".", 1)[-1] if isinstance(a, Ref) else None
+    name = _NAMES.get(name, name)
+    return name if name in _DTYPES else None
+
+
+def _fill_dtype(v) -> str | None:
+    """`np.full(shape, fill)`: the dtype a literal fill gives."""
+    (a,) = tuple(v) if len(v) == 1 else (None,)
+    kind = type(a.value) if isinstance(a, Const) else None
+    return {bool: "bool", int: "int64", float: "float64"}.get(kind)
 
 
 def call_numpy(name: str, args: list, kwargs: dict):
-    """`numpy.<name>(...)`: an array when numpy states its shape or dtype, else None."""
+    """`numpy.<name>(...)`: an array when numpy states its shape or dtype, else None (a call
+    with keywords the model does not read, a draw without a size: a Python float)."""
     t = K.NUMPY_ARRAYS
     if name in t.generators:  # `rng = np.random.default_rng(0)`: `rng.normal(size=3)` draws as np.random does
         return frozenset({Ref("numpy.random")})
-    dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else "int64" if name in t.int_factories else "float64"
+    given_dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else None
     where = t.sizes.get(name)
     if where == "each":
-        return frozenset({Array(sizes(args), dtype)})
+        return frozenset({Array(sizes(args), "int64" if name in t.int_factories else "float64")}) \
+            if not kwargs else None
     if where is not None:
+        if not set(kwargs) <= {"size", "shape", "dtype"}:
+            return None
         given = kwargs.get("size", kwargs.get("shape", args[where] if len(args) > where else None))
-        return frozenset({Array(sizes([given]) if given is not None else (), dtype)})
-    if name == "linspace":
-        num = kwargs.get("num", args[2] if len(args) > 2 else const(50))
-        return frozenset({Array((int_of(num),), dtype)})
-    if name == "arange" and args:
+        if given is None:
+            return None  # `np.random.uniform(-1, 1)`: a Python float
+        dtype = given_dtype if "dtype" in kwargs else _fill_dtype(args[1]) if name == "full" and len(args) > 1 \
+            else None if name == "full" else "int64" if name in t.int_factories else "float64"
+        return frozenset({Array(sizes([given]), dtype)})
+    if name == "linspace" and set(kwargs) <= {"num", "dtype"}:
+        num = int_of(kwargs.get("num", args[2] if len(args) > 2 else const(50)))
+        return frozenset({Array((num if num is not None and num >= 0 else None,),
+                                given_dtype if "dtype" in kwargs else "float64")})
+    if name == "arange" and args and set(kwargs) <= {"dtype"}:
         ints = [int_of(a) for a in args[:3]]
         n = len(range(*ints)) if None not in ints and ints[-1:] != [0] else None
-        return frozenset({Array((n,), "int64" if None not in ints and "dtype" not in kwargs else dtype)})
-    a = array_of(args[0]) if args else None
-    if a is not None and name in t.elementwise:
-        return frozenset({a})
+        return frozenset({Array((n,), given_dtype if "dtype" in kwargs else "int64" if None not in ints else None)})
+    a = array_of(args[0]) if len(args) == 1 and not kwargs else None
+    if a is not None and name in t.elementwise:  # a float array keeps its dtype (sqrt of ints is float64)
+        return frozenset({Array(a.shape, a.dtype if a.dtype in _FLOATS else None)})
     return None
 
 
 def array_method(a: Array, name: str, args: list):
     if name == "astype" and args:
         return frozenset({Array(a.shape, dtype_name(args[0]))})
-    if name in ("copy", "sort") or name in K.NUMPY_ARRAYS.elementwise:
-        return frozenset({a}) if name != "sort" or not args else UNKNOWN
+    if name == "copy" and not args:
+        return frozenset({a})
     if name == "reshape":
         shape = reshaped(a.shape, args) if a.shape is not None and None not in a.shape else None
         return frozenset({Array(shape, a.dtype)})
-    if name == "flatten":
+    if name == "flatten" and not args:
         return frozenset({Array((numel(a.shape),), a.dtype)})
     return UNKNOWN
 
@@ -77,7 +96,7 @@ def array_binop(op, left, right):
     dtype when the other is a Python int or float and it is a float (numpy keeps float32)."""
     arrays = [x for x in (array_of(left), array_of(right)) if x is not None]
     others = [v for v in (left, right) if array_of(v) is None]
-    if isinstance(op, ast.MatMult) or len(arrays) + len(others) != 2:
+    if isinstance(op, ast.MatMult):
         return UNKNOWN
     if not all(v and all(isinstance(x, Num) or isinstance(x, Const) and type(x.value) in (int, float) for x in v)
                for v in others):

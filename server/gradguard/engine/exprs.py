@@ -16,8 +16,8 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, Num, Obj, Ref,
-    Span, Super, Tensor, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
-    join_tensors, literal_of, objs_of, tensor_of,
+    Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
+    literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -27,13 +27,14 @@ BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, 
 
 def _is_instance(a, types: tuple):
     """`isinstance(a, types)` for one atom and builtin classes, None when not known: a literal
-    answers for itself; a number of unknown kind is no str or container; a tensor is none of
+    answers for itself (an `id()` token does not); a number of unknown kind (or a string not
+    folded) is no container; a tensor is none of
     them, a tuple is a tuple, a dict a dict; a sequence object may be a list, a tuple
     (`x.shape`) or a range; an instance may derive from a builtin."""
     if isinstance(a, Const):
-        return isinstance(a.value, types)
-    if isinstance(a, Num):
-        return False if not set(types) & {int, float, bool} else None
+        return isinstance(a.value, types) if not isinstance(a.value, Token) else None
+    if isinstance(a, Num):  # a number, or a string `binop` could not fold
+        return False if not set(types) & {int, float, bool, str} else None
     if isinstance(a, Tensor):
         return False
     if isinstance(a, Tup):
@@ -79,14 +80,15 @@ class Expressions:
         return self.seen(node, self.lookup(node.id, st))
 
     def seen(self, node, v):
-        """Remember a name's tensor value for hover and fixes, joined over its evaluations (a
-        forward run in training and again under `no_grad`: a fix must see the graph it carries
-        in training), or that it holds a tuple, as an LSTM state, and whether it is None in
-        some evaluation (a fix must not call `.detach()` on it)."""
+        """Remember a name's tensor value for hover and fixes, the last one with a graph if any
+        had one (a forward run in training and again under `no_grad`: a fix must see the graph
+        it carries in training), or that it holds a tuple, as an LSTM state, and whether it is
+        None in some evaluation (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
             old = self.facts.values.get(id(node))
-            self.facts.values[id(node)] = t if old is None or old == t else join_tensors([old, t])
+            if old is None or t.regions or not old.regions:
+                self.facts.values[id(node)] = t
         elif any(isinstance(a, Tup) for a in v):
             self.facts.tuples.add(id(node))
         if any(isinstance(a, Const) and a.value is None for a in v):  # in this evaluation or another
@@ -163,17 +165,26 @@ class Expressions:
         """`a or b` is `a` where `a` is true, else `b` (`base or Default(model)` with `base` None
         is the default alone); `and` the other way round.  An operand whose truth is not known
         may be the result, and the next one runs too."""
-        stop = isinstance(node.op, ast.Or)  # the truth that ends the chain with this operand
-        out = EMPTY
-        for i, operand in enumerate(node.values):
-            v = self.eval(operand, st)
-            if i == len(node.values) - 1:
-                return join(out, v) or UNKNOWN
-            truths = {a: self.truth_of(frozenset({a}), st) for a in v}
-            out = join(out, frozenset(a for a, t in truths.items() if t is not (not stop)))
-            if all(t is stop for t in truths.values()):
-                return out or UNKNOWN
-        return out or UNKNOWN
+        return self.bool_chain(node.values, isinstance(node.op, ast.Or), st) or UNKNOWN
+
+    def bool_chain(self, operands, stop: bool, st):
+        """The value of `operands[0] or ...` (`stop` True) or `... and ...`: the next operand
+        runs on a copy of the state where this one's truth is not known, joined back after,
+        so what it does (a backward in `done or loss.backward()`) is no must fact."""
+        v = self.eval(operands[0], st)
+        if len(operands) == 1:
+            return v
+        truths = {a: self.truth_of(frozenset({a}), st) for a in v}
+        here = frozenset(a for a, t in truths.items() if t is not (not stop))
+        if all(t is stop for t in truths.values()):
+            return here
+        if all(t is (not stop) for t in truths.values()):
+            return self.bool_chain(operands[1:], stop, st)
+        rest = st.copy()
+        out = join(here, self.bool_chain(operands[1:], stop, rest))
+        joined = join_states(st, rest)
+        st.env, st.heap, st.grad = joined.env, joined.heap, joined.grad
+        return out
 
     def expr_UnaryOp(self, node, st):
         v = self.eval(node.operand, st)
@@ -212,7 +223,8 @@ class Expressions:
             reps = () if n is not None and n <= 0 else \
                 tuple(items) * n if items is not None and n is not None and len(items) * n <= 64 else None
             return self.make_sequence(self.iter_elements(seq, st) if reps != () else EMPTY, st, node,
-                                      nonempty=bool(reps) or (bool(n) and self.is_nonempty(seq, st)) or None,
+                                      nonempty=bool(reps) or (n is not None and n > 0 and self.is_nonempty(seq, st))
+                                      or None,
                                       items=reps)
         if any(isinstance(a, Tup) for a in left) and isinstance(op, ast.Add):
             li, ri = self.exact_items(left, st), self.exact_items(right, st)
@@ -403,6 +415,9 @@ class Expressions:
         current = self.eval(s.target, st)
         rhs = self.eval(s.value, st)
         if tensor_of(current) is not None:  # `t += x` on a tensor is in place (`t.add_(x)`)
+            if isinstance(s.target, ast.Subscript) and (base := self.peek(s.target.value, st)) \
+                    and len(objs_of(base, "list")) == len(base):  # `laterals[i] += y`: a fix may assign the item
+                self.facts.list_items.add(id(s))
             self.augassign_tensor(s, current, rhs, st)
             return
         lists = objs_of(current, "list")
@@ -735,8 +750,9 @@ class Expressions:
         if is_module:
             self.module_kind[obj.id] = "local"
         st.heap.setdefault(obj.id, self.no_hooks({}) if is_module else {})
-        init = self.class_lookup(cls.id, "__init__", st)
-        fields = self.fields_of(cls.id, st) if init is None else None
+        generated = self.generated_init(cls.id, st)
+        init = self.class_lookup(cls.id, "__init__", st) if generated is None else None
+        fields = self.fields_of(generated, st) if generated is not None else None
         if fields is not None and run_init:
             self.init_dataclass(obj, fields, args, kwargs, st, node)
             init = self.class_lookup(cls.id, "__post_init__", st)
@@ -745,28 +761,42 @@ class Expressions:
                             args if fields is None else [], dict(kwargs) if fields is None else {}, st, node)
         return frozenset({obj})
 
-    def fields_of(self, cls_id, st, seen=None):
-        """The `__init__` fields of a dataclass, its dataclass bases' first; None if it is none."""
-        own = self.dataclass_fields.get(cls_id)
-        if own is None:
+    def generated_init(self, cls_id, st, seen=None):
+        """The dataclass whose generated `__init__` a class runs: itself, or the first base
+        that is one, unless a class on the way writes its own `__init__`; None otherwise."""
+        node = self.class_nodes.get(cls_id)
+        seen = (seen or set()) | {cls_id}
+        if node is None or any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in node.body):
             return None
+        if cls_id in self.dataclass_fields:
+            return cls_id
+        for base in objs_of(st.get_attr(cls_id, "<bases>") or EMPTY, "class"):
+            if base.id not in seen and base.id in self.class_nodes:
+                return self.generated_init(base.id, st, seen)  # the first base a method is looked up in
+        return None
+
+    def fields_of(self, cls_id, st, seen=None) -> tuple:
+        """The `__init__` fields of a dataclass: those of every dataclass among its bases (a
+        plain class between them too) first, in definition order."""
         seen = (seen or set()) | {cls_id}
         inherited: dict = {}
         for base in reversed(objs_of(st.get_attr(cls_id, "<bases>") or EMPTY, "class")):
             if base.id not in seen:
-                inherited |= {f[0]: f for f in self.fields_of(base.id, st, seen) or ()}
-        return tuple((inherited | {f[0]: f for f in own}).values())
+                inherited |= {f[0]: f for f in self.fields_of(base.id, st, seen)}
+        return tuple((inherited | {f[0]: f for f in self.dataclass_fields.get(cls_id, ())}).values())
 
     def init_dataclass(self, obj, fields, args, kwargs, st, node):
         """The generated `__init__`: each field from its argument, else its default (a factory
         called now); any field from a `**cfg` or `*args` not known item by item."""
-        unknown = self.unknown_spread is node or self.unknown_keywords is node
+        spread, keywords = self.unknown_spread is node, self.unknown_keywords is node
         for i, (name, how, default) in enumerate(fields):
-            if i < len(args):
+            if spread:  # `Config(*values)`: which argument binds which field is not known
+                v = UNKNOWN
+            elif i < len(args):
                 v = args[i]
             elif name in kwargs:
                 v = kwargs[name]
-            elif unknown or how is None:
+            elif keywords or how is None:
                 v = UNKNOWN
             elif how == "factory":
                 v = self.call_value(default, [], {}, st, node)

@@ -21,7 +21,7 @@ from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.exprs import Expressions
 from gradguard.engine.limits import Clock, Limits, TooComplex, running
-from gradguard.engine.state import GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
+from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, item_key, join,
@@ -186,6 +186,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
         self.statement = None  # the statement being executed
         self.instances: dict = {}  # site -> evaluations numbered so far (see `region_id`)
+        self.escaped: set = set()  # sites of lists and dicts that outlived their call (see `container_id`)
         self.unknown_spread = None  # the call being made, if a `*args` in it was not known item by item
         self.unknown_keywords = None  # the call being made, if a `**kwargs` in it was not known item by item
         self.widening = 0  # loops now past their concrete iterations: new ids are summaries
@@ -197,7 +198,7 @@ class Interpreter(Expressions, TorchSemantics):
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
         frame = Frame(None, (), is_module=True)
-        st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True, {})
+        st = State({}, {GLOBALS: {"__name__": const("__main__")}}, True, {ESCAPED: self.escaped})
         self.frames.append(frame)
         with running(self.clock):
             end = self.exec_block(self.tree.body, st)
@@ -977,6 +978,7 @@ class Interpreter(Expressions, TorchSemantics):
             if inference:
                 self.inference_sites.pop()
             self.one_of_several = several
+        st.escape(frame.ret)  # a list the call returns outlives it
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap

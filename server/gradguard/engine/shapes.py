@@ -189,8 +189,7 @@ def geometry(cls_name: str, args: list, kwargs: dict) -> tuple | None:
     found = K.LAYER_GEOMETRY.get(cls_name)
     if found is None:
         return None
-    kind, params = found
-    rank = int(cls_name[-2])
+    kind, rank, params = found
     given = dict(zip(params, args)) | {k: v for k, v in kwargs.items() if k in params}
     if kind == "adaptive_pool":
         v = given.get("output_size")
@@ -199,8 +198,8 @@ def geometry(cls_name: str, args: list, kwargs: dict) -> tuple | None:
             return (kind, sizes) if len(sizes) == rank and None not in sizes else None
         sizes = _per_dim(v, rank) if v is not None else None
         return (kind, sizes) if sizes else None
-    if literal_of(kwargs.get("ceil_mode", frozenset()), bool):
-        return None
+    if "ceil_mode" in given and literal_of(given["ceil_mode"], bool) is not False:
+        return None  # rounding up, or not known
     kernel = _per_dim(given["kernel_size"], rank) if "kernel_size" in given else None
     pad = given.get("padding")
     if pad is not None and literal_of(pad, str) is not None:
@@ -225,7 +224,9 @@ def spatial(geo: tuple | None, sizes: tuple) -> tuple:
         return (None,) * len(sizes)
     if geo[0] == "adaptive_pool":
         out = geo[1]
-        return tuple(n if o == -1 else o for o, n in zip(out, sizes)) if len(out) == len(sizes) else (None,) * len(sizes)
+        if len(out) != len(sizes):
+            return (None,) * len(sizes)
+        return tuple(n if o == -1 else o for o, n in zip(out, sizes))
     kind, kernel, stride, padding, dilation, extra = geo
     if len(kernel) != len(sizes):
         return (None,) * len(sizes)
@@ -428,7 +429,8 @@ class Shapes:
 
     def layer_sizes(self, cls_name: str, info, args: list, kwargs: dict) -> dict:
         """What a layer's construction says of the shapes it returns: a Linear's
-        `out_features`, a convolution's `out_channels`, a loss's `reduction` (or `reduce`)."""
+        `out_features`, a convolution's `out_channels` and a convolution's or pooling layer's
+        `<geometry>` (see `geometry`), a loss's `reduction` (or `reduce`)."""
         if cls_name == "Linear":
             out = kwargs.get("out_features", args[1] if len(args) > 1 else None)
             return {"<out_features>": out} if out is not None else {}
@@ -442,20 +444,25 @@ class Shapes:
             return {f"<{k}>": kwargs[k] for k in ("reduction", "reduce") if k in kwargs}
         return {}
 
-    def layer_shape(self, m: Obj, kind: str, args: list, st) -> Shape:
-        """The shape a torch.nn layer returns for `args`."""
+    def layer_shape(self, m: Obj, kind: str, args: list, st, extra: bool = False) -> Shape:
+        """The shape a torch.nn layer returns for `args` (`extra`: the call passes more than
+        its input, as a transposed convolution's `output_size`)."""
         info = self.builtin_info(m)
         if info is None or not args:
             return None
         if kind == "Linear":
             return self.linear_shape(m, args[0], st)
         x = of(args[0])
-        geo = literal_of(st.get_attr(m.id, "<geometry>") or frozenset(), tuple)
-        if kind in K.LAYER_SHAPES.get("channels", ()) and x:  # (N, C, *spatial) -> (N, out, ...)
-            out = int_of(st.get_attr(m.id, "<out_channels>") or frozenset())
-            return x[:1] + (out,) + spatial(geo, x[2:]) if len(x) >= 2 else None
-        if kind in K.LAYER_SHAPES.get("keep_batch_and_channels", ()) and x and len(x) >= 2:
-            return x[:2] + spatial(geo, x[2:])
+        channels = kind in K.LAYER_SHAPES.get("channels", ())
+        if x and (channels or kind in K.LAYER_SHAPES.get("keep_batch_and_channels", ())):
+            geo = literal_of(st.get_attr(m.id, "<geometry>") or frozenset(), tuple) if not extra else None
+            rank = K.LAYER_GEOMETRY[kind][1] if kind in K.LAYER_GEOMETRY else len(x) - 2
+            # (N, C, *spatial), or unbatched (C, *spatial): which one, the layer's rank says
+            lead = 1 if len(x) == rank + 2 else 0 if len(x) == rank + 1 else None
+            if lead is None or rank < 1:
+                return None
+            out = int_of(st.get_attr(m.id, "<out_channels>") or frozenset()) if channels else x[lead]
+            return x[:lead] + (out,) + spatial(geo, x[lead + 1:])
         if kind in K.LAYER_SHAPES.get("flatten", ()) and x:
             return x[:1] + (numel(x[1:]),)
         loss = K.LOSS_SHAPES.get(info.op)

@@ -11,15 +11,19 @@ from dataclasses import replace
 
 from gradguard.engine.limits import VALUE_ITEMS, charge
 from gradguard.engine.values import (
-    CARRIES, DIRTY, FREED, Const, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of, tri_join,
+    CARRIES, DIRTY, FREED, Const, Obj, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of, tri_join,
 )
 
 GLOBALS = ("<module>",)
 
 
+ESCAPED = ("<escaped>",)  # in `statics`: the sites of lists and dicts stored in the heap (see `escape`)
+
+
 class State:
     """`statics` holds class objects' attributes, shared by every state of one analysis:
-    class bodies are bound once, and keeping them out of the heap keeps joins cheap."""
+    class bodies are bound once, and keeping them out of the heap keeps joins cheap.  It
+    also holds the sites whose lists and dicts escaped (`ESCAPED`)."""
 
     __slots__ = ("env", "heap", "grad", "statics")
 
@@ -38,11 +42,20 @@ class State:
 
     __hash__ = None
 
+    def escape(self, value) -> None:
+        """A list or dict stored in an object, another container or a global outlives the
+        call that made it: the next one made at its site is another object (see
+        `container_id`).  One that stays in a function's locals is made again in place."""
+        for a in value:
+            if isinstance(a, Obj) and a.kind in ("list", "dict"):
+                self.statics.setdefault(ESCAPED, set()).add(a.id[:4])
+
     def get_attr(self, obj_id, name):
         attrs = (self.statics if obj_id[0] == "class" else self.heap).get(obj_id)
         return None if attrs is None else attrs.get(name)
 
     def set_attr(self, obj_id, name, value, strong=True):
+        self.escape(value)
         if obj_id[0] == "class":
             self.statics.setdefault(obj_id, {})[name] = value
             return

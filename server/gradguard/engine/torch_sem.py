@@ -22,11 +22,11 @@ from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, 
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import SIZE, Shapes
+from gradguard.engine.shapes import SIZE, Shapes, numel
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
-    Method, Num, Obj, Ref, Super, Tensor, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary,
+    Method, Num, Obj, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary,
     item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
@@ -89,8 +89,6 @@ def _tri_or(values) -> object:
     if all(v is False for v in values):
         return False
     return None
-
-
 
 
 class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes, Arrays):
@@ -160,15 +158,18 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return key + (n,)
 
     def container_id(self, kind: str, node, ctx=None) -> tuple:
-        """A new id for a list or dict made at `node` (in `ctx`, if not the running frame's):
-        numbered as regions are, so that the list one call of a function makes is not the one
-        the next call makes (a model's `self.state`, kept from one forward to the next)."""
-        key = (self.frame.ctx if ctx is None else ctx, id(node), kind)
+        """The id of a list or dict made at `node` (in `ctx`, if not the running frame's): the
+        site's, unless one made there escaped (`State.escape`); then numbered as regions are,
+        so that the list one call of a function made and the model kept (`self.state =
+        new_state`) is not the one the next call makes."""
+        site = (kind, self.frame.ctx if ctx is None else ctx, id(node), kind)
+        if site not in self.escaped:
+            return site
         if self.widening:
-            return (kind,) + key + (SUMMARY,)
-        n = self.instances.get(key, 0) + 1
-        self.instances[key] = n
-        return (kind,) + key + (n,)
+            return site + (SUMMARY,)
+        n = self.instances.get(site, 0) + 1
+        self.instances[site] = n
+        return site + (n,)
 
     def fresh_tensor(self, node, st, rg=False, sub=0, inputs=()):
         """A new tensor.  For one computed from `inputs` without a graph (argmax, a comparison),
@@ -590,6 +591,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t.leaf) if t.leaf is not None else UNKNOWN
         if name in K.SIZE_ATTRIBUTES:  # `x.shape`: numbers, no tensor (`size=out.shape[-2:]` brings no graph)
             return self.sizes(v, st, node)
+        if name == "ndim" and t.shape is not None and len(v) == 1:
+            return const(len(t.shape))
         if name == "dtype" and t.dtype is not None and len(v) == 1:  # `y.to(x.dtype)`
             return frozenset({Ref("torch." + t.dtype)})
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
@@ -661,6 +664,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if recv is not None:
                 self.rebind(recv, frozenset({replace(t, retains_grad=True)}), st)
             return NONE
+        if name in ("numel", "nelement", "dim", "ndimension") and not args and t.shape is not None and len(v) == 1:
+            n = numel(t.shape) if name in ("numel", "nelement") else len(t.shape)  # `if mems.numel():`
+            if n is not None:
+                return const(n)
         if name in K.SIZE_METHODS:  # `x.size()`: numbers, no tensor; `x.size(0)`: a number
             dim = args[0] if args else kwargs.get("dim")
             return self.sizes(v, st, node) if dim is None else self.size_along(v, dim)
@@ -672,14 +679,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
             inference = self.inference_site() if t.inference is not None else None
             like = tensor_of(args[0]) if name == "to" and args and len(args[0]) == 1 else None  # `x.to(y)`
-            dtype = like.dtype if like is not None else \
-                self.converted_dtype(name, args, kwargs) or (t.dtype if name in ("cuda", "cpu", "to") else None)
+            # `.to("cpu")`, `.to(device=...)`: a device alone keeps the dtype; an argument not read may be one
+            device_only = all(literal_of(a, str) is not None for a in args) and "dtype" not in kwargs
+            dtype = like.dtype if like is not None else self.converted_dtype(name, args, kwargs) or \
+                (t.dtype if name in ("cuda", "cpu") or name == "to" and device_only else None)
             # the tensor itself only when nothing is converted (a dtype it has, no device): else a copy may be
             same = t.dtype is not None and self.converted_dtype(name, args, kwargs) == t.dtype and \
-                not (name == "to" and device_given(args, kwargs)) and name not in ("cuda", "cpu")
+                not (name == "to" and device_given(args, kwargs)) and name not in ("cuda", "cpu") and \
+                self.truth_of(kwargs.get("copy", const(False))) is False
             return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=t.ident if same else None)})
-        if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:
-            return v
+        if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:  # the same values, maybe a copy
+            return frozenset({replace(t, ident=None)}) if len(v) == 1 else v
         if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
             return self.with_shape(self.fresh_tensor(node, st, rg=False, inputs=[v]),
                                    t.shape if name in K.SAME_SHAPE_OPS and not args else None)
@@ -694,7 +704,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         it may be several (a summary of many iterations' objects, a join)."""
         (a,) = tuple(v) if len(v) == 1 else (None,)
         ident = a.ident if isinstance(a, Tensor) else a.id if isinstance(a, Obj) else None
-        return ident if ident is not None and not is_summary(ident) else None
+        # numbered: made once by this evaluation (an optimizer's id stands for each one made at its line)
+        return ident if ident is not None and isinstance(ident[-1], int) else None
 
     def fill_dtype(self, fill) -> str | None:
         """`torch.full(size, fill)`: the dtype its fill value gives, as torch infers it."""
@@ -712,6 +723,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             literal_of(device, str), str) and literal_of(device, str).startswith("cuda")
         if to_gpu and t.rg is True:
             return False
+        if name == "to" and self.truth_of(kwargs.get("copy", const(False))) is not False:
+            return False if t.rg is True else None  # `copy=True`: a copy, with a grad_fn
         target = self.converted_dtype(name, args, kwargs)
         if target is not None and t.dtype is not None and t.rg is True:
             if target != t.dtype:
@@ -1022,7 +1035,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 flag = self.truth_of(kwargs["requires_grad"])
                 if flag:
                     return frozenset({replace(t, rg=True, leaf=True, regions=frozenset(), freed=frozenset(),
-                                              dirty=frozenset(), deps=frozenset())})
+                                              dirty=frozenset(), deps=frozenset(), ident=None)})
             return v
         if dotted.startswith(K.DISTRIBUTIONS.package + ".") and last[:1].isupper():
             return self.make_distribution(args, kwargs, st, node)
@@ -1147,7 +1160,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
         if name == "id" and (ident := self.identity(a0)) is not None:  # a cache keyed by `id(inputs)`
-            return const(f"<id {ident}>")
+            return const(Token(ident))
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
             return frozenset({Num()}) if name in ("len", "id", "hash") or self.kind(a0) == "number" else UNKNOWN
         if name == "range":
@@ -1505,7 +1518,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 arg_nodes = list(node.args) if isinstance(node, ast.Call) else []
             arg_list = list(zip(arg_nodes, args))
             out = self.with_shape(self.op_result(node, op, bound, inputs, st, sub=sub, arg_nodes=arg_list[:1],
-                                                 modules=modules), self.layer_shape(m, kind, args, st))
+                                                 modules=modules),
+                                  self.layer_shape(m, kind, args, st, extra=len(args) > 1 or bool(getattr(
+                                      node, "keywords", None))))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
         if m.id[0] == "sub" and kind == "opaque":
@@ -1616,8 +1631,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out = UNKNOWN
             if closure != NONE:  # `step(closure)`: every optimizer calls it first, grad mode on (LBFGS maybe again)
                 outer, st.grad = st.grad, True
-                out = self.call_value(closure, [], {}, st, node)
-                st.grad = outer
+                try:
+                    out = self.call_value(closure, [], {}, st, node)
+                finally:
+                    st.grad = outer
             self.optimizer_step(opt, st, node)
             return out
         if name in K.ZERO_GRAD_METHODS:

@@ -93,6 +93,14 @@ class Span:
 
 
 @dataclass(frozen=True)
+class Token:
+    """The value of `id(x)` for one object made here, held in a `Const`: equal only to
+    itself (a cache keyed by it is hit by the same object), and no number to compute with."""
+
+    ident: tuple
+
+
+@dataclass(frozen=True)
 class Array:
     """A numpy array: no graph, its shape and dtype where the code states them (see
     engine/arrays.py)."""
@@ -205,14 +213,15 @@ def int_of(v: frozenset) -> Optional[int]:
 
 
 def item_key(v: frozenset):
-    """The dict key a value surely is, when it is one string or int (not a bool), else None."""
-    return literal_of(v, str, int)
+    """The dict key a value surely is, when it is one string, int (not a bool) or `id()`
+    token, else None."""
+    return literal_of(v, str, int, Token)
 
 
 def item_attr(key) -> str:
     """The heap attribute holding a dict's item under a known key: `[name` for a string,
-    `]3` for an int, so that "3" and 3 stay two keys."""
-    return ("[" if isinstance(key, str) else "]") + str(key)
+    `]3` for an int, `]@...` for an `id()` token, so that "3", 3 and a token stay three keys."""
+    return ("[" if isinstance(key, str) else "]" if isinstance(key, int) else "]@") + str(key)
 
 
 def is_item_attr(name: str) -> bool:

@@ -41,8 +41,9 @@ torchgen data; never edit by hand)
         index's (``gather``), layers by
         what they keep of ``(N, C, *spatial)``.
     ``LAYER_GEOMETRY``
-        for convolutions and pooling layers, their kind and the order of their leading
-        constructor parameters, from which their spatial output sizes follow.
+        for convolutions and pooling layers, their kind, their number of spatial dimensions
+        and the order of their leading constructor parameters, from which their spatial
+        output sizes follow.
     ``DEFAULT_FLOAT_FACTORIES`` / ``INPUT_DTYPE_FACTORIES`` / ``SAME_DTYPE_OPS`` / ``DTYPE_METHODS``
         where a dtype is known (a factory without ``dtype=``, ``randn_like``, arithmetic on
         tensors of one dtype), and what ``.double()`` and its kind convert to: a conversion to
@@ -610,7 +611,7 @@ def _api_table(name: str):
                            frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]))
     if name == "LAYER_GEOMETRY":
         g = api["shapes"]["geometry"]
-        return FrozenMap((cls, (kind, tuple(g[kind]))) for cls, kind in g["layers"].items())
+        return FrozenMap((cls, (kind, rank, tuple(g[kind]))) for cls, (kind, rank) in g["layers"].items())
     if name == "INPUT_DTYPE_FACTORIES":
         return frozenset(api["shapes"]["input_dtype_factories"])
     if name == "SAME_DTYPE_OPS":
