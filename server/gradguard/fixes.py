@@ -633,8 +633,8 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
             fixes.append(Fix(f"Modify a copy: `{name} = {name}.clone()` first",
                              (edit(facts, "clone_before", stmt, name),), applicability="safe"))
     # or the op saves a copy: the queue it reads is pushed to in place afterwards; a weight too when
-    # no step changed it (an embedding's max_norm renormalizing it in its lookup)
-    operands = saved_operands(facts, b, weights=not any(_is_step(n) for n in changers))
+    # a step is not the first to change it (an embedding's max_norm renormalizing it in its lookup)
+    operands = saved_operands(facts, b, weights=bool(changers) and not _is_step(changers[0]))
     if operands:
         fixes.append(Fix("Save a copy for backward: " + ", ".join(f"`{facts.text(o)}.clone()` in `{facts.text(op, 40)}`"
                                                               for o, op in operands[:2]),
