@@ -14,6 +14,8 @@ import bisect
 import re
 from dataclasses import dataclass
 
+from gradguard import knowledge as K
+
 # A backward or a gradient read: GG001, GG002, GG004 and the advisory rules need one.
 BACKWARD = re.compile(r"\.backward\s*\(|autograd\s*\.\s*(?:grad|backward)\s*\(|manual_backward\s*\(|\.grad\b")
 # An in-place op (`+=`, `x[i] = ...`, `x.add_(...)`): with something that requires grad, GG003 needs one.
@@ -22,7 +24,9 @@ INPLACE = re.compile(r"[A-Za-z0-9]_\s*\(|\]\s*[-+*/]?=[^=]|[-+*/]=")
 SOURCE = re.compile(r"requires_grad|Parameter\s*\(|parameters\s*\(|\.weight\b|\.bias\b")
 # An op that raises on what it is given (`.numpy()`, an optimizer, `requires_grad = ...`, an
 # inference tensor), with something that requires grad: parameters, requires_grad, or a layer.
-RAISING = re.compile(r"\.numpy\s*\(|\bnp\.\w*array\s*\(|optim\.\w+\s*\(|add_param_group|\.requires_grad\b|inference_mode")
+_NUMPY = "|".join(sorted({d.rsplit(".", 1)[1] for d in K.TO_NUMPY.functions | K.TO_NUMPY.sequence_functions}))
+RAISING = re.compile(r"\.numpy\s*\(|\b(?:np|numpy)\.(?:" + _NUMPY + r")\s*\(|optim\.\w+\s*\(|add_param_group"
+                     r"|\.requires_grad\b|inference_mode")
 LAYER = re.compile(r"\bnn\.[A-Z]\w*\s*\(")
 
 

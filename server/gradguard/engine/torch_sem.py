@@ -967,9 +967,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
             return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node,
                                       nonempty=any(self.is_nonempty(a, st) for a in args) or None)
-        if (dotted in K.TO_NUMPY.functions or dotted in K.TO_NUMPY.sequence_functions and is_sequence(args[0])) \
-                and args and node.args:
-            self.to_numpy(node, node.args[0], args[0], kwargs, st, sequence=True)
+        if dotted in K.TO_NUMPY.functions or dotted in K.TO_NUMPY.sequence_functions and args and is_sequence(args[0]):
+            # numpy converts each array argument (`np.allclose(a, b)`): the first that refuses raises
+            for arg_node, arg in list(zip(node.args, args))[:1 if dotted not in K.TO_NUMPY.functions else None]:
+                if not isinstance(arg_node, ast.Starred):
+                    self.to_numpy(node, arg_node, arg, kwargs, st, sequence=True)
         if dotted.startswith("numpy.") and (made := call_numpy(dotted[6:], args, kwargs)) is not None:
             return made
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
