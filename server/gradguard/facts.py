@@ -125,6 +125,7 @@ class Raise:
     function: ast.AST | None = None
     entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
     in_place: bool = False  # the op changes `target` in place (not: it saves or reads it)
+    from_loss: bool = False  # the value comes from a loss left unreduced (its fix averages it, as losses do)
 
 
 @dataclass
@@ -149,6 +150,7 @@ class Facts:
     maybe_none: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value may be None
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
     list_items: set = field(default_factory=set)  # ids of `xs[i] += y` whose `xs` is surely a list (not a tensor)
+    unreduced: set = field(default_factory=set)  # ids of loss calls left unreduced (`reduction="none"`)
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
     read: tuple = ()  # paths of workspace modules whose text decided what was analysed (see analysis._run)

@@ -1338,8 +1338,9 @@ def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
 
 
 def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:
-    """`loss.backward()` -> `loss.mean().backward()` (or `.sum()`); `autograd.grad(y, x)` gets
-    `grad_outputs=torch.ones_like(y)`, the gradient of the sum."""
+    """`loss.backward()` -> `loss.mean().backward()` for a loss left unreduced, `y.sum().backward()`
+    otherwise (each offered too); `autograd.grad(y, x)` gets `grad_outputs=torch.ones_like(y)`,
+    the gradient of the sum."""
     if r.target is None:
         return ()
     name = facts.text(r.target)
@@ -1347,5 +1348,8 @@ def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:
     if is_grad:
         return ranked([Fix(f"Pass `grad_outputs=torch.ones_like({name})`",
                            (edit(facts, "grad_outputs", r.node, facts.text(r.target, 200)),))])
-    return ranked([Fix(f"Average `{name}` before its backward", (edit(facts, "mean", r.target),)),
-                   Fix(f"Sum `{name}` before its backward", (edit(facts, "sum", r.target),))])
+    average = Fix(f"Average `{name}` before its backward", (edit(facts, "mean", r.target),))
+    total = Fix(f"Sum `{name}` before its backward", (edit(facts, "sum", r.target),))
+    # a loss left unreduced is averaged, as losses are by default; anything else is summed, which
+    # is `gradient=torch.ones_like(y)`: each element's own derivative
+    return ranked([average, total] if r.from_loss else [total, average])

@@ -45,7 +45,7 @@ class RaiseChecks:
     """Mixed into the interpreter (it reads `facts`, `key`, the call stack and the heap)."""
 
     def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None, origin: tuple | None = None,
-                   in_place: bool = False) -> None:
+                   in_place: bool = False, from_loss: bool = False) -> None:
         """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
         A raise seen on one real path stays (an earlier iteration raised already); a function
         analysed without a caller says nothing (its arguments are not known), nor a method
@@ -57,7 +57,7 @@ class RaiseChecks:
             made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
             origin = (made[-1].node,) if made else ()
         self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
-                                                             self.entry_call(), in_place))
+                                                             self.entry_call(), in_place, from_loss))
 
     # ----------------------------------------------------------------- numpy
     def to_numpy(self, node, target, v, kwargs, st, sequence: bool = False) -> None:
@@ -236,7 +236,9 @@ class RaiseChecks:
         for item in items:
             t = sure_tensor(item)
             if requires_grad(t) and surely_not_one(t.shape):
-                self.note_raise("nonscalar_backward", node, target, t)
+                regions = self.facts.regions
+                from_loss = any(id(regions[r].node) in self.facts.unreduced for r in t.regions if r in regions)
+                self.note_raise("nonscalar_backward", node, target, t, from_loss=from_loss)
                 return
 
 

@@ -23,6 +23,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.shapes import SIZE, Shapes, numel
+from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
@@ -259,6 +260,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if not info.known and any(isinstance(a, Obj) for v in [*args, *kwargs.values()] for a in v):
             inputs.append(UNKNOWN)  # an unknown op given a module, list or dict may reach tensors inside it
         shape = self.op_shape(info, bound, st)
+        if info.name.split(".")[-1] in K.LOSS_SHAPES and shape != ():
+            self.facts.unreduced.add(id(node))  # `F.mse_loss(x, y, reduction="none")`
         if not info.differentiable:
             return self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs), shape)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
@@ -1523,6 +1526,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                                  modules=modules),
                                   self.layer_shape(m, kind, args, st, extra=len(args) > 1 or bool(getattr(
                                       node, "keywords", None))))
+            if op.name.split(".")[-1] in K.LOSS_SHAPES and shape_of(out) != ():  # `nn.MSELoss(reduction="none")`
+                self.facts.unreduced.add(id(node))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
         if m.id[0] == "sub" and kind == "opaque":
