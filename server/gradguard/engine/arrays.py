@@ -37,11 +37,12 @@ def dtype_name(v) -> str | None:
     return name if name in _DTYPES else None
 
 
-def _fill_dtype(v) -> str | None:
-    """`np.full(shape, fill)`: the dtype a literal fill gives."""
+def fill_dtype(v, floating: str | None) -> str | None:
+    """`np.full(shape, fill)`, `torch.full(size, fill)`: the dtype a literal fill gives, a float
+    fill giving `floating` (numpy's float64, torch's default dtype)."""
     (a,) = tuple(v) if len(v) == 1 else (None,)
     kind = type(a.value) if isinstance(a, Const) else None
-    return {bool: "bool", int: "int64", float: "float64"}.get(kind)
+    return {bool: "bool", int: "int64", float: floating}.get(kind)
 
 
 def call_numpy(name: str, args: list, kwargs: dict):
@@ -61,7 +62,7 @@ def call_numpy(name: str, args: list, kwargs: dict):
         given = kwargs.get("size", kwargs.get("shape", args[where] if len(args) > where else None))
         if given is None:
             return None  # `np.random.uniform(-1, 1)`: a Python float
-        dtype = given_dtype if "dtype" in kwargs else _fill_dtype(args[1]) if name == "full" and len(args) > 1 \
+        dtype = given_dtype if "dtype" in kwargs else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
             else None if name == "full" else "int64" if name in t.int_factories else "float64"
         return frozenset({Array(sizes([given]), dtype)})
     if name == "linspace" and set(kwargs) <= {"num", "dtype"}:

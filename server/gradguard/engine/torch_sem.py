@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arguments import ArgumentParsers
-from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, tensor_from_array
+from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, fill_dtype, tensor_from_array
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
@@ -710,13 +710,6 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         # numbered: made once by this evaluation (an optimizer's id stands for each one made at its line)
         return ident if ident is not None and isinstance(ident[-1], int) else None
 
-    def fill_dtype(self, fill) -> str | None:
-        """`torch.full(size, fill)`: the dtype its fill value gives, as torch infers it."""
-        v = literal_of(fill, int, float, bool)
-        kind = type(v)
-        return None if v is None else "bool" if kind is bool else "int64" if kind is int else \
-            None if self.default_dtype_set else "float32"
-
     def converted_leaf(self, name, args, kwargs, t: Tensor):
         """A conversion (`.to(...)`, `.double()`) returns the tensor itself when it changes
         nothing and a copy with a grad_fn otherwise: a leaf is no longer surely one, except
@@ -1057,7 +1050,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
                 ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None) or \
-                (self.fill_dtype(args[1]) if last == "full" and len(args) > 1 else None) or \
+                (fill_dtype(args[1], None if self.default_dtype_set else "float32")
+                 if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
                  and tensor_of(args[0]) is not None else None)
             return frozenset({replace(tensor_of(made), dtype=dtype)}) if dtype else made
