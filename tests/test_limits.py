@@ -109,6 +109,21 @@ def test_the_clock_counts_work_not_time():
     assert len(work) == 1 and work.pop() > 0
 
 
+def test_a_work_budget_stops_where_the_count_says():
+    """`Limits.work` stops an analysis after that many steps, on any machine: the same
+    budget stops the same analysis every time, one step more than it needs lets it end."""
+    from gradguard.engine.interp import Interpreter
+
+    source = max(SOURCES.values(), key=len)
+    interpreter = Interpreter(source, analysis.parse(source))
+    interpreter.run()
+    needed = interpreter.clock.work
+    for _ in range(2):
+        with pytest.raises(AnalysisTimeout, match="work budget"):
+            analysis.analyze(source, limits=Limits(work=needed // 2))
+    assert predicting(source, limits=Limits(work=needed + 1)) == predicting(source)
+
+
 PROJECTS = sorted((HERE / "projects" / "cases").glob("*/*/train.py"))
 
 

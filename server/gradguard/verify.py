@@ -18,15 +18,17 @@ libcst builds the edits, so this runs where a fix is about to be used (code acti
 """
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import replace
 
 from gradguard.analysis import AnalysisTimeout, analyze
+from gradguard.engine.limits import Limits
 from gradguard.findings import Finding, Fix
 from gradguard.spans import LINE_BREAK
 
-SECONDS = 2.0  # per candidate: the analysis of one edited text
+# The analysis of one edited text may do this much work (steps: about 4 s here) before the
+# candidate is dropped: counted, not timed, so a fix is offered or not alike on every machine.
+WORK = Limits(work=200_000)
 RECONNECTING = frozenset({"remove_detach", "unwrap", "delete", "soft_argmax", "soft_compare", "to_torch", "remove_item", "stack",
                           "unwrap_item", "create_graph", "requires_grad_after"})  # edit kinds that undo a graph cut
 
@@ -55,7 +57,7 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         if text is None:
             continue
         try:
-            found = analyze(text, path=path, workspace=workspace, deadline=time.monotonic() + SECONDS)
+            found = analyze(text, path=path, workspace=workspace, limits=WORK)
         except (SyntaxError, AnalysisTimeout):
             continue
         after, after_all = _keys(text, found), _keys(text, found, every=True)

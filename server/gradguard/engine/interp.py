@@ -136,7 +136,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.tree = tree
         self.frames: list[Frame] = []
         frames = self.frames  # not `self`: a clock holding the interpreter would keep every analysis alive until gc
-        self.clock = Clock(deadline, lambda: _line_now(frames))
+        self.clock = Clock(deadline, lambda: _line_now(frames), limits.work)
         self.facts = Facts(source, tree)
         self.path = path
         self.own_path = os.path.realpath(path) if workspace is not None else path

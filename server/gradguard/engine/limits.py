@@ -2,7 +2,8 @@
 
 The work is counted, never timed, so the same text gets the same findings on any machine,
 under any load: every limit in `Limits` can only turn facts into unknowns, and so remove a
-predicting finding, never make one.  The deadline is the last resort for an input no count
+predicting finding, never make one (`work`, when set, stops the analysis: a fix whose
+re-analysis spends it is not offered).  The deadline is the last resort for an input no count
 foresaw: past it the file is reported as not analysed (GG000), not judged on half its facts.
 
 The interpreter counts its steps (statements and expressions) and the joins of values count
@@ -40,6 +41,7 @@ class Limits:
     call_string: int = 4  # calls a context remembers: regions of a function called from different places
     loop_rounds: int = 6  # iterations of a loop body on the way to its fixpoint
     concrete_iterations: int = 2  # loop iterations run on the exact state the previous one left
+    work: int | None = None  # steps of work before the analysis gives up (AnalysisTimeout); None: no bound
 
 
 class AnalysisTimeout(Exception):
@@ -57,13 +59,15 @@ class TooComplex(AnalysisTimeout):
 
 
 class Clock:
-    """The deadline (a `time.monotonic()` value, None for none) of one analysis; `where()`
-    gives the line a timeout is reported at."""
+    """The deadline (a `time.monotonic()` value, None for none) and the work allowed (steps,
+    None for no bound) of one analysis; `where()` gives the line a timeout is reported at."""
 
-    __slots__ = ("deadline", "left", "where", "spent", "items")
+    __slots__ = ("deadline", "work_limit", "left", "where", "spent", "items")
 
-    def __init__(self, deadline: float | None, where: Callable[[], int | None] = lambda: None):
+    def __init__(self, deadline: float | None, where: Callable[[], int | None] = lambda: None,
+                 work_limit: int | None = None):
         self.deadline = deadline
+        self.work_limit = work_limit
         self.left = STEPS
         self.where = where
         self.spent = 0  # steps of work counted before the last `read` (see `work`)
@@ -88,6 +92,8 @@ class Clock:
     def read(self) -> None:
         self.spent += STEPS - self.left
         self.left = STEPS
+        if self.work_limit is not None and self.spent > self.work_limit:
+            raise AnalysisTimeout("work budget spent", line=self.where())
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise AnalysisTimeout(line=self.where())
 
