@@ -372,7 +372,7 @@ class Expressions:
                     # an nn.Parameter assigned to a module becomes one of the module's parameters;
                     # one frozen among trainable ones (`conv.weight = nn.Parameter(w, requires_grad=False)`)
                     # leaves the module's one flag not known
-                    st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True,
+                    st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True, deps=frozenset(),
                                                                 objs=t.objs | {("params", obj.id)})}))
                     if t.rg is None or t.rg != self.module_rg(obj, st):
                         st.set_attr(obj.id, "<rg>", UNKNOWN)

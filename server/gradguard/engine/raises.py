@@ -180,9 +180,9 @@ class RaiseChecks:
                 len(inputs_node.elts) == len(items) else [inputs_node] * len(items)
             for i, (item, item_node) in enumerate(zip(items, nodes)):
                 x = sure_tensor(item)
-                if not requires_grad(x) or len(x.objs) != 1:
-                    return  # another error first, or one tensor standing for several
-                if not x.objs & reached:
+                if not requires_grad(x) or not x.objs:
+                    return  # another error first, or a tensor not known
+                if not x.objs & reached:  # none of the tensors it may be (the join of a loop's batches)
                     self.note_raise("grad_unused", node, item_node, x, origin=())
                     return
             return

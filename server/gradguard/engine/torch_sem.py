@@ -960,6 +960,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
+        if dotted in K.PYTHON_NUMBERS:  # `math.sqrt(d)`, `random.uniform(0, 1)`: a number, never a tensor
+            return frozenset({Num()})
         if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
             return self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node,
                                       nonempty=any(self.is_nonempty(a, st) for a in args) or None)
