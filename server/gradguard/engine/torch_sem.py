@@ -372,7 +372,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             regions=frozenset().union(*(t.regions for t in ts)), freed=frozenset().union(*(t.freed for t in ts)),
             dirty=frozenset().union(*(t.dirty for t in ts)), rg=_tri_or(t.rg for t in ts), leaf=None,
             objs=frozenset().union(*(t.objs for t in ts)), cut=frozenset().union(*(t.cut for t in ts)),
-            sure=frozenset().union(*(t.sure for t, v in tensors if not any(isinstance(a, Unknown) for a in v))))})
+            sure=frozenset().union(*(t.sure for t, v in tensors if not any(isinstance(a, Unknown) for a in v))),
+            deps=None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)))})
 
     def view_of(self, v, node, st):
         t = tensor_of(v)
