@@ -911,6 +911,9 @@ class Expressions:
                 keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None
                 if isinstance(a, Const) and keys is not None:
                     return (a.value in keys) == isinstance(op, ast.In)
+                values = self.constant_items(b, st)  # `if name in ["encoder", "decoder"]:`
+                if isinstance(a, Const) and values is not None:
+                    return (a.value in values) == isinstance(op, ast.In)
             if isinstance(op, (ast.Eq, ast.NotEq)) and len(left) == 1 and len(right) == 1:
                 (a,), (b,) = tuple(left), tuple(right)
                 if isinstance(a, Const) and isinstance(b, Const):
@@ -923,14 +926,25 @@ class Expressions:
             return self.truth_of(self.peek(test, st), st)
         return None
 
+    def constant_items(self, b, st) -> list | None:
+        """The values of a tuple, a list or a string whose items are each one known constant
+        (a membership test of a known value in it is then known); None otherwise."""
+        if isinstance(b, Const) and isinstance(b.value, str):
+            return b.value
+        items = b.items if isinstance(b, Tup) else (
+            self.exact_items(frozenset({b}), st) if isinstance(b, Obj) and b.kind == "list" else None)
+        if items is None or not all(len(i) == 1 and isinstance(next(iter(i)), Const) for i in items):
+            return None
+        return [next(iter(i)).value for i in items]
+
     def peek(self, node, st):
         """Evaluate a side-effect-free expression for folding (names, attributes, constants)."""
         if isinstance(node, ast.Constant):
             return self.expr_Constant(node, st)
         if isinstance(node, ast.Name):
             return self.lookup(node.id, st)
-        if isinstance(node, ast.Tuple) and not any(isinstance(e, ast.Starred) for e in node.elts):
-            return frozenset({Tup(tuple(self.peek(e, st) for e in node.elts))})  # `(list, tuple)`
+        if isinstance(node, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return frozenset({Tup(tuple(self.peek(e, st) for e in node.elts))})  # `(list, tuple)`, `["a", "b"]`
         if isinstance(node, ast.Attribute):
             base = self.peek(node.value, st)
             out = EMPTY

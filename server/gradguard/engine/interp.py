@@ -157,6 +157,7 @@ class Interpreter(Expressions, TorchSemantics):
         self.dataclass_fields: dict = {}  # class object id of a @dataclass -> its fields (see `dataclass_field`)
         self.obj_class: dict = {}  # instance object id -> class object id
         self.module_kind: dict = {}  # module object id -> torch.nn class name or "local"
+        self.submodule_memo: dict = {}  # module object id -> (its submodules, the heap entries they were read from)
         # function -> the grad mode its decorator runs it in (`@torch.no_grad()`: False,
         # `@torch.enable_grad()`: True, one that may switch it either way: None)
         self.grad_funcs: dict = {}

@@ -26,7 +26,7 @@ from gradguard.engine.shapes import SIZE, Shapes, numel
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
     Method, Num, Obj, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary,
     item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
@@ -1232,6 +1232,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "setattr" and len(args) == 3 and attr is not None:
             self.set_attribute(a0, attr, args[2], st, node)
             return NONE
+        names = {a.value for a in args[1]} if len(args) == 3 and all(
+            isinstance(a, Const) and isinstance(a.value, str) for a in args[1]) else None
+        if name == "setattr" and names and not any(isinstance(a, Unknown) for a in a0):
+            # one of these names (a loop's iterations joined): each may be the one set
+            for obj in objs_of(a0):
+                for n in sorted(names):
+                    st.set_attr(obj.id, n, args[2], strong=False)
+                if obj.kind == "module" and tensor_of(args[2]) is not None:
+                    st.set_attr(obj.id, "<rg>", UNKNOWN)  # a parameter, perhaps
+                self.may_thaw([obj] if obj.kind == "module" else [], st)
+            return NONE
         if name == "setattr" and len(args) == 3:  # a name not known: any attribute may be the new value
             if any(isinstance(a, Unknown) for a in a0):  # on an object not known (`model.get_submodule(...)`):
                 self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)  # any module may hold it now
@@ -1326,29 +1337,44 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         st.heap[obj.id] = attrs
         return frozenset({obj})
 
-    def submodules(self, m: Obj, st, seen=None) -> list:
-        """`m` and every module reachable from its attributes, in definition order."""
-        seen = seen if seen is not None else {}
+    def submodules(self, m: Obj, st) -> list:
+        """`m` and every module reachable from its attributes, in definition order.  Asked at
+        every call of a layer: the answer is kept with the heap entries it was read from (a
+        write replaces an entry, never changes it), and reused while they are all equal."""
+        memo = self.submodule_memo.get(m.id)
+        if memo is not None and all((cur := st.heap.get(i)) is attrs or cur == attrs for i, attrs in memo[1]):
+            return memo[0]  # (a join makes equal copies of the entries it does not change)
+        read: dict = {}
+        out = self._submodules(m, st, {}, read)
+        self.submodule_memo[m.id] = (out, tuple(read.items()))
+        return out
+
+    def _submodules(self, m: Obj, st, seen: dict, read: dict) -> list:
         if m.id in seen:
             return []
         seen[m.id] = m
         out = [m]
-        for name, v in (st.heap.get(m.id) or {}).items():
+        read[m.id] = attrs = st.heap.get(m.id)
+        for name, v in (attrs or {}).items():
             if name in ("<layers>", "<elems>") or not name.startswith("<"):
-                for a in self.flat_objects(v, st):
+                for a in self.flat_objects(v, st, read=read):
                     if a.kind == "module":
-                        out.extend(self.submodules(a, st, seen))
+                        out.extend(self._submodules(a, st, seen, read))
         return out
 
-    def flat_objects(self, v, st, depth=0):
+    def flat_objects(self, v, st, depth=0, read=None):
+        """The modules in `v`, also inside its lists, dicts and tuples (`read`: where the
+        heap entries of the containers gone through are noted)."""
         for a in v:
             if isinstance(a, Obj) and a.kind == "module":
                 yield a
             elif isinstance(a, Obj) and a.kind in ("list", "dict") and depth < 2:
-                yield from self.flat_objects(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1)
+                if read is not None:
+                    read[a.id] = st.heap.get(a.id)
+                yield from self.flat_objects(st.get_attr(a.id, "<elems>") or EMPTY, st, depth + 1, read)
             elif isinstance(a, Tup) and depth < 3:
                 for item in a.items:
-                    yield from self.flat_objects(item, st, depth + 1)
+                    yield from self.flat_objects(item, st, depth + 1, read)
 
     def builtin_info(self, m: Obj):
         """What the knowledge says of a torch.nn module's class; None for a local or unseen one."""
@@ -1440,6 +1466,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
         if name in ("modules", "children", "named_modules", "named_children"):
+            named = self.named_children(m, st) if name.endswith("children") else self.named_modules(m, st)
+            if named is not None:  # each one known, with its name: a loop over them runs on each
+                vals = [frozenset({Tup((const(n), frozenset({x})))}) if name.startswith("named_") else frozenset({x})
+                        for n, x in named]
+                return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
             mods = self.submodules(m, st)
             if name in ("children", "named_children"):
                 mods = mods[1:]
@@ -1473,6 +1504,53 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__call__":
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
+
+    def named_children(self, m: Obj, st) -> list | None:
+        """`m.named_children()` as torch gives it: each module held by an attribute (a
+        container's layers, named by position), in the order they were set, once each; None
+        when one is not known (an attribute that may be a module or something else, one set
+        by a call not followed, a module the engine cannot see into)."""
+        if self.module_kind.get(m.id, "opaque") == "opaque":
+            return None
+        info = self.builtin_info(m)
+        if info is not None and info.container:
+            layers = self.exact_items(frozenset({m}), st)
+            pairs = [(str(i), v) for i, v in enumerate(layers)] if layers is not None else None
+        else:
+            attrs = st.heap.get(m.id) or {}
+            if UNSEEN_ATTRS in attrs:
+                return None
+            pairs = [(n, v) for n, v in attrs.items() if not n.startswith("<")
+                     and any(isinstance(a, Obj) and a.kind == "module" for a in v)]
+        if pairs is None or any(len(v) != 1 for _, v in pairs):
+            return None
+        out, seen = [], set()
+        for n, v in pairs:
+            (x,) = v
+            if not isinstance(x, Obj) or x.kind != "module":
+                return None
+            if x.id not in seen:
+                seen.add(x.id)
+                out.append((n, x))
+        return out
+
+    def named_modules(self, m: Obj, st, prefix: str = "", seen: set | None = None) -> list | None:
+        """`m.named_modules()`: `m` and its submodules depth first, named by their paths, once
+        each; None when a child is not known (see `named_children`)."""
+        seen = seen if seen is not None else set()
+        if m.id in seen:
+            return []
+        seen.add(m.id)
+        out = [(prefix, m)]
+        children = self.named_children(m, st)
+        if children is None or len(seen) > MAX_FOLDED:
+            return None
+        for n, x in children:
+            below = self.named_modules(x, st, f"{prefix}.{n}" if prefix else n, seen)
+            if below is None:
+                return None
+            out.extend(below)
+        return out
 
     def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
         kind = self.module_kind.get(m.id, "opaque")
