@@ -763,6 +763,32 @@ def test_layer_geometry_matches_torch():
     assert geometry("MaxPool1d", [value(3)], {"ceil_mode": frozenset()}) is None  # not known
 
 
+def test_factory_dtypes_match_torch():
+    """The dtype the engine states for a factory called without `dtype` is the one torch gives."""
+    torch = _torch()
+    for name in K.DEFAULT_FLOAT_FACTORIES:
+        assert getattr(torch, name)(2, 3).dtype == torch.float32, name
+    for name, dtype in K.TYPED_FACTORIES.items():
+        assert getattr(torch, name)([1, 2]).dtype == getattr(torch, dtype), name
+
+
+def test_numpy_ufuncs_are_numpys_and_each_converts_its_operands():
+    """The table's ufuncs are numpy's own, and each refuses a tensor that requires grad, alone
+    or in a list, as GG005 predicts."""
+    torch = _torch()
+    import numpy as np
+
+    listed = {name.split(".", 1)[1] for name in K.TO_NUMPY.functions} & set(dir(np))
+    ufuncs = {n for n in dir(np) if isinstance(getattr(np, n), np.ufunc)}
+    assert ufuncs <= listed
+    t = torch.ones(2, requires_grad=True)
+    for name in sorted(ufuncs):
+        f = getattr(np, name)
+        for operand in (t, [t[0] * 2]):
+            with pytest.raises(RuntimeError, match="Can't call numpy"):
+                f(*[operand] * f.nin)
+
+
 def test_numpy_arrays_match_numpy():
     """Each numpy factory of the table, called as code calls it, gives the shape and dtype the
     engine states; element-wise functions keep them; torch's conversions carry them over."""

@@ -615,7 +615,7 @@ def _detach_each(doc: _Doc, e: Edit):
     """`X` (a list of tensors) -> `[t.detach() for t in X]`; of tuples, named in `e.name` ("h,c")
     -> `[(h.detach(), c.detach()) for h, c in X]`, or not named ("tuple") -> `[tuple(v.detach()
     for v in t) for t in X]`."""
-    found = _expression(doc, e.span, (ast.Name, ast.Attribute))
+    found = _expression(doc, e.span, (ast.Name, ast.Attribute, ast.Subscript))
     if found is None or isinstance(getattr(found[0][-1], "ctx", None), (ast.Store, ast.Del)):
         return None
     _, module, expr = found

@@ -1218,7 +1218,7 @@ def numpy_detach(facts: Facts, r) -> tuple[Fix, ...]:
         elements = [given.elt]
     elif isinstance(given, (ast.List, ast.Tuple)):
         elements = [e for e in given.elts if not isinstance(e, (ast.Constant, ast.Starred))]
-    elif isinstance(given, (ast.Name, ast.Attribute)):  # `np.array(self.costs)`: a list of tensors kept
+    elif isinstance(given, (ast.Name, ast.Attribute, ast.Subscript)):  # `np.array(self.costs)`: a list of tensors kept
         return ranked([Fix(f"Detach the tensors of `{facts.text(given)}` before converting them to numpy",
                            (edit(facts, "detach_each", given),), applicability="safe")])
     else:
@@ -1244,11 +1244,23 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
         scope = r.function if r.function is not None and not facts.foreign(r.function) else None
         assigned = [n for n in facts.nodes(scope, ast.Assign) if before(n, r.node) and len(n.targets) == 1
                     and facts.text(n.targets[0], 200) == name]
-        stmt = max(assigned, key=position) if assigned else None
-    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or facts.text(stmt.targets[0], 200) != name:
+        stmt = max(assigned, key=position) if assigned else _set_on_self(facts, r.target)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or facts.text(stmt.targets[0], 200) not in (
+            name, f"self.{getattr(r.target, 'attr', '')}"):
         return ()
     return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed",
                        (edit(facts, "new_leaf", stmt.value),))])
+
+
+def _set_on_self(facts: Facts, target):
+    """`self.u = ...`, the one assignment of a method that sets the attribute `crit.u` names
+    (a candidate: the fix is kept only if the analysis confirms it)."""
+    if not isinstance(target, ast.Attribute):
+        return None
+    sets = [n for n in facts.nodes(None, ast.Assign) if len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute)
+            and n.targets[0].attr == target.attr and isinstance(n.targets[0].value, ast.Name)
+            and n.targets[0].value.id == "self"]
+    return sets[0] if len(sets) == 1 else None
 
 
 def _chains_elements(node) -> bool:

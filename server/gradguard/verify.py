@@ -65,19 +65,25 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
         if set(fix.kinds) <= RECONNECTING:  # a graph reconnected, then cut again further on: not gone
             gone = gone and _lines(after_all)[target[:2]] <= _lines(before_all)[target[:2]]
-        if gone and (uncovers or not after - before):
+        # the same statement raising the same error for the next of its operands (`SGD([{"params": a},
+        # {"params": b}])` once `a` is fixed) was hidden behind this one, as torch stops at the first
+        added = Counter({k: n for k, n in (after - before).items() if k[:2] != target[:2]})
+        if gone and (uncovers or not added):
             out.append(replace(fix, preferred=not out))
     return tuple(out)
 
 
 def _key(source: str, finding: Finding) -> tuple:
-    """A finding as the texts of its line and of the lines it points to (an edit moves lines;
-    two errors at one backward differ by their causes)."""
+    """A finding as the texts of its line, of what it flags there and of the lines it points
+    to (an edit moves lines; two errors at one backward differ by their causes)."""
     lines = LINE_BREAK.split(source)
 
     def text(line: int) -> str:
         return lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    return finding.code, text(finding.span.line), tuple(
+    span = finding.span
+    flagged = lines[span.line - 1][span.column:span.end_column] if span.line == span.end_line and \
+        0 < span.line <= len(lines) else ""  # two findings on one line (`[{"params": a}, {"params": b}]`)
+    return finding.code, text(span.line), flagged, tuple(
         text(r.span.line) if r.span.path is None else (r.span.path, r.span.line) for r in finding.related)
 
 

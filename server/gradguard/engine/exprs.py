@@ -368,8 +368,9 @@ class Expressions:
             st.set_attr(obj.id, name, v, strong=len(holders) == 1)
             if obj.kind == "module":
                 t = tensor_of(v)
-                if t is not None and any(o[0] == "param" for o in t.objs):
-                    # an nn.Parameter assigned to a module becomes one of the module's parameters;
+                if t is not None and t.leaf is not False and any(o[0] == "param" for o in t.objs):
+                    # an nn.Parameter assigned to a module becomes one of the module's parameters (a
+                    # copy made by `.to(...)` is a plain tensor: no leaf, and no parameter);
                     # one frozen among trainable ones (`conv.weight = nn.Parameter(w, requires_grad=False)`)
                     # leaves the module's one flag not known
                     st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True, deps=frozenset(),

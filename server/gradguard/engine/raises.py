@@ -108,6 +108,9 @@ class RaiseChecks:
         if isinstance(a, Obj) and a.kind == "dict":
             params = st.get_attr(a.id, item_attr("params"))
             inner = _dict_value(node, "params")
+            t = sure_tensor(params) if params is not None else None
+            if t is not None:  # a group's params may be one tensor (`{"params": model.alpha}`)
+                return (inner if inner is not None else node, t) if unoptimizable(t) else None
             return self.nonleaf_param(params, inner, st, depth + 1) if params is not None else None
         items = self.exact_items(v, st)
         if items is None:

@@ -1027,8 +1027,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted in K.PARAMETER_CLASSES:
             flag = self.truth_of(kwargs["requires_grad"]) if "requires_grad" in kwargs else True
             # ("param", ...): assigned to a module attribute, it joins that module's parameters
+            data = tensor_of(kwargs.get("data", args[0] if args else EMPTY))  # its shape and dtype
             return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("param",) + self.region_id(node)}),
-                                     deps=frozenset())})
+                                     deps=frozenset(), shape=data.shape if data else None,
+                                     dtype=data.dtype if data else None)})
         if last == "Variable":
             v = args[0] if args else UNKNOWN
             t = tensor_of(v)
@@ -1053,6 +1055,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
                 ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None) or \
+                K.TYPED_FACTORIES.get(last) or \
                 (fill_dtype(args[1], None if self.default_dtype_set else "float32")
                  if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1

@@ -91,7 +91,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS", "PYTHON_NUMBERS", "DEFAULT_FLOAT_FACTORIES",
+    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS", "PYTHON_NUMBERS", "TYPED_FACTORIES", "DEFAULT_FLOAT_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
@@ -513,7 +513,7 @@ class ToNumpy:
     """Conversions to numpy: `t.numpy()` and numpy functions that reach it through `__array__`."""
 
     methods: frozenset  # tensor methods ("numpy")
-    functions: frozenset  # dotted numpy functions ("numpy.asarray")
+    functions: frozenset  # dotted numpy functions ("numpy.asarray") and ufuncs ("numpy.log10")
     sequence_functions: frozenset  # numpy functions that convert a list of tensors only ("numpy.sum")
     force_keyword: str  # `numpy(force=True)` detaches first
 
@@ -603,6 +603,8 @@ def _api_table(name: str):
         return FrozenMap((k, frozenset(v)) for k, v in api["shapes"]["layers"].items())
     if name == "SAME_SHAPE_OPS":
         return frozenset(api["shapes"]["same_shape"])
+    if name == "TYPED_FACTORIES":  # `torch.LongTensor(...)`: the dtype its name says
+        return FrozenMap(api["shapes"]["typed_factories"])
     if name == "DEFAULT_FLOAT_FACTORIES":
         return frozenset(api["shapes"]["default_float"])
     if name == "NUMPY_ARRAYS":
@@ -624,7 +626,8 @@ def _api_table(name: str):
         return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":
         t = api["to_numpy"]
-        return ToNumpy(frozenset(t["methods"]), frozenset(t["functions"]), frozenset(t["sequence_functions"]),
+        return ToNumpy(frozenset(t["methods"]), frozenset(t["functions"]) | {"numpy." + u for u in t["ufuncs"]},
+                       frozenset(t["sequence_functions"]),
                        t["force_keyword"])
     if name == "PARAMETER_CLASSES":
         return frozenset(api["parameter_classes"]["names"])

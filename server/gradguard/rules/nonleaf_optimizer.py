@@ -76,5 +76,6 @@ optimizer = torch.optim.Adam([{"params": [prompt], "lr": 1e-3}])  # error
             tensor = named(facts, r, "a tensor")
             message = (f"{tensor} is not a leaf (an operation computed it) and the optimizer is given it: "
                        f"this raises \"can't optimize a non-leaf Tensor\"")
-            yield self.finding(message, facts.span(r.node), origin_related(facts, r, "computed here, not a leaf"),
+            flagged = r.target if r.target is not None and r.target.lineno == r.node.lineno else r.node
+            yield self.finding(message, facts.span(flagged), origin_related(facts, r, "computed here, not a leaf"),
                                fixes.new_leaf(facts, r), facts=facts, entry=r.entry)
