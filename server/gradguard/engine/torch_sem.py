@@ -677,6 +677,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.sizes(v, st, node) if dim is None else self.size_along(v, dim)
         if name in K.TO_NUMPY.methods:
             self.to_numpy(node, recv, v, kwargs, st)
+            if len(v) == 1:  # a numpy array of its shape and dtype (no graph, whatever the tensor had)
+                return frozenset({Array(shape=t.shape, dtype=t.dtype)})
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in CONVERSIONS:
@@ -1439,8 +1441,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
                     "insert", "register_forward_hook", "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
-        if kind == "local":
-            return UNKNOWN
+        info = self.builtin_info(m)
+        if kind == "local" or info is not None and info.op is not None and not info.container:
+            return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
         sub = Obj(("sub", m.id, name), "module")
         self.module_kind.setdefault(sub.id, "opaque")
         if sub.id not in st.heap:
