@@ -849,6 +849,28 @@ def _stack(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
 
 
+def _grad_of_base(doc: _Doc, e: Edit):
+    """`torch.autograd.grad(y, x[a:b], ...)` -> `tuple(g[a:b] for g in torch.autograd.grad(y, x, ...))`:
+    the gradient of the tensor the outputs used, sliced as the view was (the rest of the
+    expression, `[0]` and all, reads the same tuple)."""
+    found = _expression(doc, e.span, ast.Call)
+    if found is None or not isinstance(found[2], cst.Call):
+        return None
+    path, module, call = found
+    args = list(call.args)
+    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "inputs"), None)
+    if k is None:
+        positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
+        k = positional[1] if len(positional) > 1 else None
+    if k is None or not isinstance(args[k].value, cst.Subscript):
+        return None
+    view = args[k].value
+    args[k] = args[k].with_changes(value=view.value)
+    index = module.code_for_node(view.with_changes(value=cst.Name("g")))
+    new = cst.parse_expression(f"tuple({index} for g in {module.code_for_node(call.with_changes(args=args))})")
+    return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
+
+
 def _keyword_true(keyword: str):
     """`keyword=True` in the call at the edit's span (`retain_graph`, `create_graph`)."""
     return lambda doc, e: _set_true(doc, e, keyword)
@@ -1105,6 +1127,7 @@ _HANDLERS = {
     "retain_graph": _keyword_true("retain_graph"),
     "create_graph": _keyword_true("create_graph"),
     "materialize_grads": _keyword_true("materialize_grads"),
+    "grad_of_base": _grad_of_base,
     "grad_outputs": lambda doc, e: _set_keyword(doc, e, "grad_outputs",
                                                 cst.parse_expression(f"torch.ones_like({e.name})")),
     "mean": _method("mean"),

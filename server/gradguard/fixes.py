@@ -1344,9 +1344,16 @@ def _no_grad_instead(facts: Facts, expr) -> str | None:
 
 def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
     """`materialize_grads=True`: the gradient of an unused input is zeros (torch 2.1 and
-    later; it implies `allow_unused=True`), where `None` would break the code that uses it."""
-    return ranked([Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
-                       (edit(facts, "materialize_grads", r.node),))])
+    later; it implies `allow_unused=True`), where `None` would break the code that uses it.
+    A view made in the call (`grad(e, x[a:b])`) is no input the outputs could use: the
+    gradient of `x`, sliced, is what was meant."""
+    zeros = Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
+                (edit(facts, "materialize_grads", r.node),))
+    if isinstance(r.target, ast.Subscript):  # a view made in the call: the tensor viewed is the one used
+        base = facts.text(r.target.value)
+        return ranked([Fix(f"Differentiate with respect to `{base}` and slice its gradient",
+                           (edit(facts, "grad_of_base", r.node),), applicability="safe"), zeros])
+    return ranked([zeros])
 
 
 def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:

@@ -185,7 +185,9 @@ class RaiseChecks:
                 x = sure_tensor(item)
                 if not requires_grad(x) or not x.objs:
                     return  # another error first, or a tensor not known
-                if not x.objs & reached:  # none of the tensors it may be (the join of a loop's batches)
+                if not x.objs & reached or self.viewed_here(x, item_node):
+                    # none of the tensors it may be (the join of a loop's batches); or a view made
+                    # in the call itself (`grad(e, x[a:b])`), which no graph built before can use
                     self.note_raise("grad_unused", node, item_node, x, origin=())
                     return
             return
@@ -194,6 +196,11 @@ class RaiseChecks:
             return  # an element that does not require grad raises another error first
         if self.contained(inputs, st) - reached:
             self.note_raise("grad_unused", node, inputs_node, t, origin=())
+
+    def viewed_here(self, t: Tensor, node) -> bool:
+        """Whether `t` is the view of a tensor that the expression `node` (`x[a:b]`) makes."""
+        return isinstance(node, ast.Subscript) and t.ident is not None and len(t.ident) > 3 and \
+            t.ident[0] == "view" and t.ident[1:4] == self.site_key(node, "view")
 
     # ----------------------------------------------------------------- what a list surely holds
     CONTAINS = "<contains>"

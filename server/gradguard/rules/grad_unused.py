@@ -12,7 +12,8 @@ class GradUnused(RaiseRule):
     Flags `torch.autograd.grad(outputs, inputs)` where one of the inputs (a tensor that
     requires grad, or the parameters of a layer) takes no part in computing the outputs:
     it was detached, recomputed or copied on the way (`x.clone()`, `x.to(...)`), used only
-    under `torch.no_grad()`, or belongs to a layer this forward pass never called.
+    under `torch.no_grad()`, belongs to a layer this forward pass never called, or is a view
+    made in the call itself (`x[a:b]`: a new tensor no earlier graph can contain).
 
     ## Why is this bad?
     Autograd can only differentiate through the graph the outputs were recorded in. Unless
@@ -36,6 +37,9 @@ class GradUnused(RaiseRule):
     ```
 
     ## Fix safety
+    Safe: for a view made in the call, differentiating with respect to the tensor viewed and
+    slicing its gradient the same way (`tuple(g[a:b] for g in torch.autograd.grad(y, x))`)
+    gives the gradient that was asked for.
     Unsafe: `materialize_grads=True` makes the gradient of an unused input zeros instead of
     an error, which is right when the input is truly unused (a layer skipped in this pass)
     and hides the mistake when the wrong tensor was named.
