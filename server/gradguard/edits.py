@@ -1141,6 +1141,11 @@ _HANDLERS = {
     "detach_tuple_if_before": _insert("{name} = tuple(t.detach() for t in {name}) if {name} is not None else {name}",
                                       after=False),
     "detach_tuple_after": _insert("{name} = tuple(t.detach() for t in {name})", after=True),
+    # a named tuple (`State(v, i)`) stays one: its fields are read by name
+    "detach_named_tuple_before": _insert("{name} = type({name})(*(t.detach() for t in {name}))", after=False),
+    "detach_named_tuple_if_before": _insert(
+        "{name} = type({name})(*(t.detach() for t in {name})) if {name} is not None else {name}", after=False),
+    "detach_named_tuple_after": _insert("{name} = type({name})(*(t.detach() for t in {name}))", after=True),
     "detach_list_before": _insert("{name} = [t.detach() for t in {name}]", after=False),
     "detach_list_if_before": _insert("{name} = [t.detach() for t in {name}] if {name} is not None else {name}",
                                      after=False),

@@ -497,7 +497,8 @@ def _carried_from_previous_iteration(facts, b, loop):
     # a local read before it is assigned in the loop, or an attribute of `self` (it outlives the iteration)
     for name, shape in [c for c in b.carriers if c[0] in carried or c[0].startswith("self.")][:1]:
         initial = initial_value(facts, name, loop)
-        form = "detach_tuple" if shape == "tuple" or isinstance(initial, ast.Tuple) else \
+        form = "detach_named_tuple" if shape == "named_tuple" else \
+            "detach_tuple" if shape == "tuple" or isinstance(initial, ast.Tuple) else \
             "detach_list" if shape == "list" else "detach"
         if initial is not None:
             # the first iteration sees what was assigned before the loop: `h = None`, `total = 0`

@@ -35,7 +35,7 @@ class DeepCopies:
                                                   cut=a.cut)}))
             elif isinstance(a, Tup):
                 items = tuple(self._copy_value(i, st, key, memo, depth + 1) for i in a.items)
-                out = join(out, frozenset({Tup(items)}))
+                out = join(out, frozenset({Tup(items, a.names)}))
             elif isinstance(a, Obj) and a.kind in COPYABLE and depth < DEPTH:
                 out = join(out, frozenset({self._copy_object(a, st, key, memo, depth)}))
             elif isinstance(a, Obj):

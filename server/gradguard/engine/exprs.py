@@ -15,8 +15,8 @@ from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, Num, Obj, Ref,
-    Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, NamedTupleType,
+    Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
     literal_of, objs_of, tensor_of,
 )
 
@@ -352,6 +352,8 @@ class Expressions:
                     self.assign(t.value, self.make_sequence(p, st, t), st, stmt, local)
                 else:
                     self.assign(t, p, st, stmt, local)
+        elif isinstance(target, ast.Attribute) and self.namedtuple_defaults(target, v, st, stmt, local):
+            pass
         elif isinstance(target, ast.Attribute):
             base = self.eval(target.value, st)
             self.set_attribute(base, target.attr, v, st, target)
@@ -475,8 +477,9 @@ class Expressions:
                 out = join(out, layers if layers else UNKNOWN)
             elif isinstance(a, Obj) and a.kind == "instance" and st is not None:
                 out = join(out, self.iterate_instance(a, st))
-            elif isinstance(a, Tensor):
-                out = join(out, self.view_of(frozenset({a}), None, st))
+            elif isinstance(a, Tensor):  # a row: a view, of the shape after the first dimension
+                out = join(out, self.with_shape(self.view_of(frozenset({a}), None, st),
+                                                a.shape[1:] if a.shape else None))
             elif isinstance(a, Const) and isinstance(a.value, str):
                 out = join(out, UNKNOWN)
             else:
@@ -699,7 +702,35 @@ class Expressions:
             return self.call_ref(a.dotted, args, kwargs, st, node)
         if isinstance(a, Method):
             return self.call_method(a.recv, a.name, args, kwargs, st, node)
+        if isinstance(a, NamedTupleType):
+            return self.named_tuple(a, args, kwargs, node)
         return self.call_unknown(args, kwargs, st, node)
+
+    def namedtuple_defaults(self, target, v, st, stmt, local) -> bool:
+        """`State.__new__.__defaults__ = (...)` (namedtuple's defaults before `defaults=`):
+        `State` is rebound to the class with these defaults.  Whether the target was one."""
+        owner = target.value
+        if target.attr != "__defaults__" or not isinstance(owner, ast.Attribute) or owner.attr != "__new__" \
+                or not isinstance(owner.value, ast.Name):
+            return False
+        cls = self.lookup(owner.value.id, st)
+        if len(cls) != 1 or not isinstance(next(iter(cls)), NamedTupleType):
+            return False
+        (a,) = tuple(cls)
+        given = self.exact_items(v, st)
+        defaults = tuple(given)[-len(a.fields):] if given is not None else tuple(UNKNOWN for _ in a.fields)
+        self.assign(owner.value, frozenset({NamedTupleType(a.fields, defaults)}), st, stmt, local)
+        return True
+
+    def named_tuple(self, cls: NamedTupleType, args, kwargs, node):
+        """`State(v, i=x)`: a tuple whose items are named; a field left to its default, or
+        bound by a `*`/`**` spread, is not known."""
+        if self.unknown_spread is node or self.unknown_keywords is node:
+            return frozenset({Tup(tuple(UNKNOWN for _ in cls.fields), cls.fields)})
+        first_default = len(cls.fields) - len(cls.defaults)
+        items = tuple(args[i] if i < len(args) else kwargs.get(
+            name, cls.defaults[i - first_default] if i >= first_default else UNKNOWN) for i, name in enumerate(cls.fields))
+        return frozenset({Tup(items, cls.fields)})
 
     def alternatives(self, value, st, fn):
         """`fn(atom, state)` for each atom of `value`, each on its own copy of the state when

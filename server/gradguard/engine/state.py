@@ -228,7 +228,7 @@ def _sure_from(v: frozenset, c) -> frozenset:
         elif isinstance(a, Tup):
             twin = next((x for x in c or () if isinstance(x, Tup) and len(x.items) == len(a.items)), None)
             items = tuple(_sure_from(i, twin.items[k] if twin else None) for k, i in enumerate(a.items))
-            b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items)
+            b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items, a.names)
         changed |= b is not a
         out.append(b)
     return frozenset(out) if changed else v

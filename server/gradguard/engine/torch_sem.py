@@ -26,9 +26,9 @@ from gradguard.engine.shapes import SIZE, Shapes, numel
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const, GradMode,
-    Method, Num, Obj, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr, is_sequence, is_summary,
-    item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
+    GradMode, Method, NamedTupleType, Num, Obj, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr,
+    is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -545,8 +545,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def carriers(self, regions, st) -> tuple:
         """Names (and `self.` attributes) whose values hold the given stale regions here, each
-        with the shape a fix must detach: "tensor", "tuple" (an LSTM's `(h, c)`) or "list" (the
-        states of stacked cells)."""
+        with the shape a fix must detach: "tensor", "tuple" (an LSTM's `(h, c)`), "named_tuple"
+        (`State(v=..., i=...)`, rebuilt as its own type) or "list" (the states of stacked cells)."""
         out = []
         scopes = [("", st.heap.get(self.frame.globals, {}) if self.frame.is_module else st.env)]
         fr = self.frame
@@ -562,7 +562,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 parts = [tensor_of(i) for a in tuples for i in a.items] if tuples else \
                     [tensor_of(self.iter_elements(frozenset(lists), st))] if lists else [tensor_of(v)]
                 if any(t is not None and (t.freed | t.dirty) & regions for t in parts):
-                    out.append((prefix + name, "tuple" if tuples else "list" if lists else "tensor"))
+                    shape = ("named_tuple" if all(a.names for a in tuples) else "tuple") if tuples else \
+                        "list" if lists else "tensor"
+                    out.append((prefix + name, shape))
         return tuple(sorted(out))
 
     def retain_flag(self, kwargs, positional=None):
@@ -963,6 +965,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
+        if dotted == "collections.namedtuple" and len(args) >= 2:
+            return self.namedtuple_type(args[1], kwargs.get("defaults"), st)
         if dotted in K.PYTHON_NUMBERS:  # `math.sqrt(d)`, `random.uniform(0, 1)`: a number, never a tensor
             return frozenset({Num()})
         if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
@@ -1510,6 +1514,22 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__call__":
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
+
+    def namedtuple_type(self, names, defaults, st):
+        """`collections.namedtuple(name, names)`: its fields from a string (`"v i"`, `"v, i"`) or
+        a list of strings; unknown when they are not known one by one."""
+        text = literal_of(names, str)
+        if text is not None:
+            fields = tuple(text.replace(",", " ").split())
+        else:
+            items = self.exact_items(names, st) if len(names) == 1 else None
+            fields = tuple(literal_of(i, str) for i in items) if items is not None else ()
+        if not fields or None in fields or not all(f.isidentifier() for f in fields):
+            return UNKNOWN
+        given = () if defaults is None or defaults == NONE else self.exact_items(defaults, st)
+        if given is None:  # defaults not known one by one: any field may have one
+            given = tuple(UNKNOWN for _ in fields)
+        return frozenset({NamedTupleType(fields, tuple(given)[-len(fields):])})
 
     def named_children(self, m: Obj, st) -> list | None:
         """`m.named_children()` as torch gives it: each module held by an attribute (a

@@ -158,6 +158,16 @@ class Method:
 
 
 @dataclass(frozen=True)
+class NamedTupleType:
+    """A class made by `collections.namedtuple("State", ["v", "i"])`: calling it gives a
+    `Tup` with these field names; the last fields may be left out, for their `defaults`
+    (values, the last field's last; UNKNOWN for one not known)."""
+
+    fields: tuple
+    defaults: tuple = ()
+
+
+@dataclass(frozen=True)
 class Super:
     """`super()` inside a method of a local class."""
 
@@ -306,7 +316,9 @@ def normalize(v: Iterable) -> frozenset:
             t = replace(t, sure=frozenset())
         rest.add(t)
     for same in tuples.values():
-        rest.add(same[0] if len(same) == 1 else Tup(tuple(join_all(items) for items in zip(*(t.items for t in same)))))
+        names = same[0].names if all(t.names == same[0].names for t in same) else ()  # a named tuple's fields
+        rest.add(same[0] if len(same) == 1 else Tup(tuple(join_all(items) for items in zip(*(t.items for t in same))),
+                                                     names))
     out = frozenset(rest)
     if len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
         objs = [x for x in out if isinstance(x, Obj)]
@@ -351,7 +363,7 @@ def map_tensors(v: frozenset, fn) -> frozenset:
             b = fn(a)
         elif isinstance(a, Tup):
             items = tuple(map_tensors(i, fn) for i in a.items)
-            b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items)
+            b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items, a.names)
         else:
             b = a
         changed |= b is not a
