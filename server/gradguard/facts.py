@@ -151,6 +151,7 @@ class Facts:
     tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
     list_items: set = field(default_factory=set)  # ids of `xs[i] += y` whose `xs` is surely a list (not a tensor)
     unreduced: set = field(default_factory=set)  # ids of loss calls left unreduced (`reduction="none"`)
+    cut_reach: dict = field(default_factory=dict)  # a cut (`.detach()`, no_grad) -> the storages its input reached
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
     read: tuple = ()  # paths of workspace modules whose text decided what was analysed (see analysis._run)

@@ -1347,14 +1347,20 @@ def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
     """`materialize_grads=True`: the gradient of an unused input is zeros (torch 2.1 and
     later; it implies `allow_unused=True`), where `None` would break the code that uses it.
     A view made in the call (`grad(e, x[a:b])`) is no input the outputs could use: the
-    gradient of `x`, sliced, is what was meant."""
+    gradient of `x`, sliced, is what was meant.  A `.detach()` on the outputs' way (`r.origin`:
+    where their graph was cut) may be what left the input out: removing it is offered first,
+    kept only if the analysis then finds the input used."""
     zeros = Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
                 (edit(facts, "materialize_grads", r.node),))
+    detaches = sorted((c for c in r.origin if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                       and c.func.attr == "detach" or isinstance(c, ast.Attribute) and c.attr == "data"), key=position)
+    reconnect = [Fix(f"Keep the graph: remove `{facts.text(c)}`'s detach on {facts.line(c)}",
+                     (edit(facts, "remove_detach", c),)) for c in detaches]
     if isinstance(r.target, ast.Subscript):  # a view made in the call: the tensor viewed is the one used
         base = facts.text(r.target.value)
         return ranked([Fix(f"Differentiate with respect to `{base}` and slice its gradient",
-                           (edit(facts, "grad_of_base", r.node),), applicability="safe"), zeros])
-    return ranked([zeros])
+                           (edit(facts, "grad_of_base", r.node),), applicability="safe"), *reconnect, zeros])
+    return ranked([*reconnect, zeros])
 
 
 def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:

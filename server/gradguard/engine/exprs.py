@@ -621,7 +621,7 @@ class Expressions:
             elif isinstance(a, Obj) and a.kind in ("list", "dict", "module", "generator"):
                 k = node.slice
                 key = item_key(index)
-                if a.kind == "dict" and key is not None:
+                if a.kind in ("dict", "module") and key is not None:  # a ModuleDict's layer by its key
                     exact = st.get_attr(a.id, item_attr(key))
                     if exact is not None:
                         out = join(out, exact)

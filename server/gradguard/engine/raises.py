@@ -187,8 +187,10 @@ class RaiseChecks:
                     return  # another error first, or a tensor not known
                 if not x.objs & reached or self.viewed_here(x, item_node):
                     # none of the tensors it may be (the join of a loop's batches); or a view made
-                    # in the call itself (`grad(e, x[a:b])`), which no graph built before can use
-                    self.note_raise("grad_unused", node, item_node, x, origin=())
+                    # in the call itself (`grad(e, x[a:b])`), which no graph built before can use.
+                    # `origin`: the cuts of a graph that reached it (a `.detach()` that may be why)
+                    cuts = tuple(c for c, reach in self.facts.cut_reach.items() if reach & x.objs)
+                    self.note_raise("grad_unused", node, item_node, x, origin=cuts)
                     return
             return
         elems = sure_tensor(self.iter_elements(inputs, st))

@@ -193,7 +193,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 live |= t.rg is not False
         if live:
             site = self.no_grad_sites[-1] if self.no_grad_sites else self.grad_off_call
-            cut |= {site if st.grad is False and site is not None else node}
+            here = site if st.grad is False and site is not None else node
+            cut |= {here}
+            reached = self.facts.cut_reach.setdefault(here, set())  # what the graph cut here reached
+            for v in inputs:
+                t = tensor_of(v)
+                if t is not None and t.deps is not None:
+                    reached |= t.deps | t.objs
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
@@ -1323,8 +1329,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             elif is_sequence(args[0]):
                 items = self.exact_items(args[0], st)
                 attrs["<layers>"] = self.iter_elements(args[0], st)
-            elif objs_of(args[0], "dict"):  # ModuleDict: its values
-                attrs["<layers>"] = join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in objs_of(args[0], "dict"))
+            elif objs_of(args[0], "dict"):  # ModuleDict: its values; each by its key when the keys are known
+                dicts = objs_of(args[0], "dict")
+                attrs["<layers>"] = join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in dicts)
+                keys = self.keyset(dicts[0], st) if len(args[0]) == 1 else None
+                for key in keys if keys is not None else ():
+                    value = st.get_attr(dicts[0].id, item_attr(key))
+                    if isinstance(key, str) and value is not None:  # `md["enc"]` and `md.enc`
+                        attrs[item_attr(key)] = attrs[key] = value
             else:
                 attrs["<layers>"] = self.iter_elements(args[0], st)
             if items is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gradguard import fixes
 from gradguard.facts import Facts
+from gradguard.findings import Related
 from gradguard.rules.base import RaiseRule
 
 
@@ -91,5 +92,6 @@ grads = torch.autograd.grad(loss, params)  # error
                 what = "the parameters of a layer the outputs do not depend on"
             message = (f"`torch.autograd.grad` is asked for the gradient of {what}: this raises 'The differentiated "
                        f"Tensor at index i appears to not have been used in the graph'")
-            yield self.finding(message, facts.span(r.node), (), fixes.allow_unused(facts, r), facts=facts,
+            related = tuple(Related(facts.span(c), "a graph computed from it is cut here") for c in r.origin)
+            yield self.finding(message, facts.span(r.node), related, fixes.allow_unused(facts, r), facts=facts,
                                entry=r.entry)
