@@ -71,8 +71,8 @@ class ModuleHooks:
         pre, fwd = st.get_attr(m.id, PRE), st.get_attr(m.id, FORWARD)
         if pre in (None, NO_HOOKS) and fwd in (None, NO_HOOKS):
             return call(args)
-        pre, fwd = _tuple_items(pre), _tuple_items(fwd)
-        if pre is None or fwd is None:
+        pre = _tuple_items(pre)
+        if pre is None or not fwd or not all(isinstance(a, Tup) for a in fwd):
             return join(call(args), UNKNOWN)
         me = frozenset({m})
         for fn in pre:
@@ -83,10 +83,16 @@ class ModuleHooks:
                 items = self.exact_items(got, st)
                 args = list(items) if items is not None else [got]
         out = call(args)
-        for fn in fwd:
-            got = self.call_value(fn, [me, frozenset({Tup(tuple(args))}), out], {}, st, node)
-            out = out if got == NONE else join(out, got - NONE) if got & NONE else got
-        return out
+
+        def forward_hooks(hooks: Tup, st):
+            """The forward hooks of one alternative (a hook registered on one of several layers
+            in a loop is perhaps on this one): each may replace the output."""
+            result = out
+            for fn in hooks.items:
+                got = self.call_value(fn, [me, frozenset({Tup(tuple(args))}), result], {}, st, node)
+                result = result if got == NONE else join(result, got - NONE) if got & NONE else got
+            return result
+        return self.alternatives(fwd, st, forward_hooks)
 
 
 def _tuple_items(v) -> tuple | None:
