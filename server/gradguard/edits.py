@@ -849,21 +849,29 @@ def _stack(doc: _Doc, e: Edit):
     return [(Replacement(e.span, module.code_for_node(new)), _region(doc, path))]
 
 
-def _grad_of_base(doc: _Doc, e: Edit):
-    """`torch.autograd.grad(y, x[a:b], ...)` -> `tuple(g[a:b] for g in torch.autograd.grad(y, x, ...))`:
-    the gradient of the tensor the outputs used, sliced as the view was (the rest of the
-    expression, `[0]` and all, reads the same tuple)."""
+def _call_argument(doc: _Doc, e: Edit, keyword: str, position: int | None):
+    """(path, module, call, its arguments, the index of the one given as `keyword` or as the
+    positional argument at `position`) of the call at the edit's span; None if not given."""
     found = _expression(doc, e.span, ast.Call)
     if found is None or not isinstance(found[2], cst.Call):
         return None
     path, module, call = found
     args = list(call.args)
-    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "inputs"), None)
-    if k is None:
-        positional = [k for k, a in enumerate(args) if a.keyword is None and not a.star]
-        k = positional[1] if len(positional) > 1 else None
-    if k is None or not isinstance(args[k].value, cst.Subscript):
+    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == keyword), None)
+    positional = [i for i, a in enumerate(args) if a.keyword is None and not a.star]
+    if k is None and position is not None and position < len(positional):
+        k = positional[position]
+    return None if k is None else (path, module, call, args, k)
+
+
+def _grad_of_base(doc: _Doc, e: Edit):
+    """`torch.autograd.grad(y, x[a:b], ...)` -> `tuple(g[a:b] for g in torch.autograd.grad(y, x, ...))`:
+    the gradient of the tensor the outputs used, sliced as the view was (the rest of the
+    expression, `[0]` and all, reads the same tuple)."""
+    found = _call_argument(doc, e, "inputs", 1)
+    if found is None or not isinstance(found[3][found[4]].value, cst.Subscript):
         return None
+    path, module, call, args, k = found
     view = args[k].value
     args[k] = args[k].with_changes(value=view.value)
     index = module.code_for_node(view.with_changes(value=cst.Name("g")))
@@ -922,16 +930,10 @@ def _set_keyword(doc: _Doc, e: Edit, keyword: str, value: cst.BaseExpression):
 def _inplace_false(doc: _Doc, e: Edit):
     """`nn.ReLU(inplace=True)` -> `nn.ReLU(inplace=False)`; `e.name` is the flag's position when
     it is passed positionally (`nn.LeakyReLU(0.2, True)`)."""
-    found = _expression(doc, e.span, ast.Call)
-    if found is None or not isinstance(found[2], cst.Call):
+    found = _call_argument(doc, e, "inplace", int(e.name) if e.name.isdigit() else None)
+    if found is None:
         return None
-    path, module, call = found
-    args = list(call.args)
-    k = next((k for k, a in enumerate(args) if a.keyword is not None and a.keyword.value == "inplace"), None)
-    if k is None and e.name.isdigit() and int(e.name) < len(args) and args[int(e.name)].keyword is None:
-        k = int(e.name)
-    if k is None:
-        return None
+    path, module, call, args, k = found
     args[k] = args[k].with_changes(value=cst.Name("False"))
     return [(Replacement(e.span, module.code_for_node(call.with_changes(args=args))), _region(doc, path))]
 
