@@ -1240,28 +1240,27 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
         return _chain_iterables(facts, r.target)
     name = facts.text(r.target, 200)
     if r.origin:
-        stmt = statement_of(facts, r.origin[0])
+        stmts = [statement_of(facts, r.origin[0])]
     else:  # made a non-leaf by a conversion (`.to(torch.float64)`), no graph region: its last assignment
         scope = r.function if r.function is not None and not facts.foreign(r.function) else None
         assigned = [n for n in facts.nodes(scope, ast.Assign) if before(n, r.node) and len(n.targets) == 1
                     and facts.text(n.targets[0], 200) == name]
-        stmt = max(assigned, key=position) if assigned else _set_on_self(facts, r.target)
-    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or facts.text(stmt.targets[0], 200) not in (
-            name, f"self.{getattr(r.target, 'attr', '')}"):
-        return ()
-    return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed",
-                       (edit(facts, "new_leaf", stmt.value),))])
+        stmts = [max(assigned, key=position)] if assigned else _set_on_self(facts, r.target)
+    return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed" + (
+        f" (on {facts.line(stmt)})" if len(stmts) > 1 else ""), (edit(facts, "new_leaf", stmt.value),))
+        for stmt in stmts if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+        and facts.text(stmt.targets[0], 200) in (name, f"self.{getattr(r.target, 'attr', '')}")])
 
 
-def _set_on_self(facts: Facts, target):
-    """`self.u = ...`, the one assignment of a method that sets the attribute `crit.u` names
-    (a candidate: the fix is kept only if the analysis confirms it)."""
+def _set_on_self(facts: Facts, target) -> list:
+    """`self.u = ...`: the assignments in methods (at most three) that set the attribute
+    `crit.u` names (candidates: a fix is kept only if the analysis confirms it)."""
     if not isinstance(target, ast.Attribute):
-        return None
+        return []
     sets = [n for n in facts.nodes(None, ast.Assign) if len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute)
             and n.targets[0].attr == target.attr and isinstance(n.targets[0].value, ast.Name)
             and n.targets[0].value.id == "self"]
-    return sets[0] if len(sets) == 1 else None
+    return sets if len(sets) <= 3 else []
 
 
 def _chains_elements(node) -> bool:
