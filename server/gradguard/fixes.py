@@ -1197,9 +1197,11 @@ def retain_grad(facts: Facts, read: ast.Attribute) -> tuple[Fix, ...]:
 
 
 def accumulate_item(facts: Facts, node: ast.AugAssign) -> tuple[Fix, ...]:
+    """`total += loss.detach()`: the same values, still a tensor (code reading `total.item()`
+    later keeps working); `total += loss.item()` makes it a float, offered second."""
     value = facts.text(node.value)
-    return ranked([Fix(f"Accumulate `{value}.item()`", (edit(facts, "item", node.value),), applicability="safe"),
-                   Fix(f"Accumulate `{value}.detach()`", (edit(facts, "detach", node.value),), applicability="safe")])
+    return ranked([Fix(f"Accumulate `{value}.detach()`", (edit(facts, "detach", node.value),), applicability="safe"),
+                   Fix(f"Accumulate `{value}.item()`", (edit(facts, "item", node.value),))])
 
 
 def zero_grad(facts: Facts, loop: ast.AST, optimizer: str) -> tuple[Fix, ...]:

@@ -36,8 +36,9 @@ class AccumulatedGraph(Rule):
     ```
 
     ## Fix safety
-    Safe: accumulating `.item()` (or `.detach()`) keeps the same values and frees each
-    iteration's graph.
+    Safe: accumulating `.detach()` keeps the same values, as a tensor, and frees each
+    iteration's graph. Unsafe: accumulating `.item()` does too, but as a Python float, which
+    code calling tensor methods on the total (`total.item()`) no longer can.
     """
 
     code = "GG102"
@@ -84,5 +85,5 @@ for i in range(3):
             target = facts.text(f.node.target)
             value = facts.text(f.node.value)
             message = (f"`{target} += {value}` keeps the graph of every iteration alive (`{target}` is never "
-                       f"backpropagated): accumulate `{value}.item()` instead")
+                       f"backpropagated): accumulate `{value}.detach()` (or `.item()`) instead")
             yield self.finding(message, facts.span(f.node), (), fixes.accumulate_item(facts, f.node))
