@@ -1079,6 +1079,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                    self.joined_shape(last, self.exact_items(args[0], st), dim))
         if last == "set_default_dtype":
             self.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
+        if dotted in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+            return self.tensor_dataset(args, st, node)
+        if dotted in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
+            return self.data_loader(args, kwargs, st, node)
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
                                                 "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
             return UNKNOWN
@@ -1526,6 +1530,40 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__call__":
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
+
+    def tensor_dataset(self, args, st, node):
+        """`TensorDataset(x, y)`: a sequence of `(x[i], y[i])`, not empty when the first
+        tensor's length is known and not 0.  Only tensors that do not require grad are
+        followed (their rows have no graph); anything else is unknown."""
+        tensors = [tensor_of(a) if len(a) == 1 else None for a in args]
+        if not tensors or any(t is None or t.rg is not False for t in tensors):
+            return UNKNOWN
+        rows = tuple(self.batch_of(t, node, st, t.shape[1:] if t.shape else None) for t in tensors)
+        n = tensors[0].shape[0] if tensors[0].shape else None
+        return self.make_sequence(frozenset({Tup(rows)}), st, node, nonempty=isinstance(n, int) and n > 0 or None)
+
+    def data_loader(self, args, kwargs, st, node):
+        """`DataLoader(dataset, batch_size=..., drop_last=...)` over a dataset whose items are
+        known tensors without a graph: batches of the same tensors stacked, the loop over it
+        runs when the dataset is not empty (and `drop_last` is off)."""
+        dataset = kwargs.get("dataset", args[0] if args else UNKNOWN)
+        if len(dataset) != 1 or not objs_of(dataset, "list") or kwargs.get("collate_fn") is not None:
+            return UNKNOWN
+        (elem,) = tuple(self.iter_elements(dataset, st)) if len(self.iter_elements(dataset, st)) == 1 else (None,)
+        parts = elem.items if isinstance(elem, Tup) else (frozenset({elem}),) if isinstance(elem, Tensor) else None
+        if parts is None or any(tensor_of(p) is None or len(p) != 1 or tensor_of(p).rg is not False for p in parts):
+            return UNKNOWN
+        batches = tuple(self.batch_of(tensor_of(p), node, st, None) for p in parts)
+        drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
+        nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
+        return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,
+                                  nonempty=nonempty)
+
+    def batch_of(self, t: Tensor, node, st, shape):
+        """A tensor of `t`'s dtype without a graph, new each time a loop reads it: so no storage
+        of its own here (an in-place change of one batch is no change of the next), and no
+        inference tensor known (it is made where the loop runs, perhaps in another mode)."""
+        return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=shape, dtype=t.dtype)})
 
     def namedtuple_type(self, names, defaults, st):
         """`collections.namedtuple(name, names)`: its fields from a string (`"v i"`, `"v, i"`) or
