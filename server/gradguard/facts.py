@@ -59,7 +59,8 @@ class Backward:
     freed_hit: frozenset = frozenset()  # saving regions already freed: will raise freed_graph
     dirty_hit: frozenset = frozenset()  # saving regions whose saved tensors were modified in place
     no_grad_fn: bool = False  # the root certainly does not require grad
-    carriers: tuple = ()  # (name or `self.` attribute, "tensor" | "tuple" | "named_tuple" | "list") holding the stale regions here
+    # (name or `self.` attribute, "tensor" | "tuple" | "named_tuple" | "list") holding the stale regions here
+    carriers: tuple = ()
     dirty_freed: frozenset = frozenset()  # freed regions also modified in place: keeping them would not help
     cuts: frozenset = frozenset()  # for a root without grad: where its graph was cut (detach, no_grad, ...)
     entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there

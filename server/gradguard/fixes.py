@@ -778,6 +778,17 @@ def _statement_reaching(facts: Facts, b: Backward, function) -> ast.stmt | None:
     return None
 
 
+def _is_detach(node) -> bool:
+    """`x.detach()` or `x.data`: where a graph was cut by hand."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+        or isinstance(node, ast.Attribute) and node.attr == "data"
+
+
+def _remove_detach(facts: Facts, cut) -> Fix:
+    return Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on {facts.line(cut)}",
+               (edit(facts, "remove_detach", cut),))
+
+
 def _is_step(node) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
 
@@ -802,10 +813,8 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                          + (" ..." if len(argmaxes) > 2 else ""),
                          tuple(edit(facts, "soft_argmax", c) for c in argmaxes)))
     for cut in cuts:
-        if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach" \
-                or isinstance(cut, ast.Attribute) and cut.attr == "data":
-            fixes.append(Fix(f"Keep the graph: remove `{facts.text(cut)}`'s detach on {facts.line(cut)}",
-                             (edit(facts, "remove_detach", cut),)))
+        if _is_detach(cut):
+            fixes.append(_remove_detach(facts, cut))
         elif _is_autograd_grad(facts, cut):  # and every other derivative taken there: PINN residuals chain them
             calls = [c for c in facts.nodes(_function_of(facts, cut), ast.Call) if _is_autograd_grad(facts, c)
                      and _function_of(facts, c) is _function_of(facts, cut)
@@ -1353,10 +1362,7 @@ def allow_unused(facts: Facts, r) -> tuple[Fix, ...]:
     kept only if the analysis then finds the input used."""
     zeros = Fix("Pass `materialize_grads=True` (zeros for inputs the outputs do not use)",
                 (edit(facts, "materialize_grads", r.node),))
-    detaches = sorted((c for c in r.origin if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                       and c.func.attr == "detach" or isinstance(c, ast.Attribute) and c.attr == "data"), key=position)
-    reconnect = [Fix(f"Keep the graph: remove `{facts.text(c)}`'s detach on {facts.line(c)}",
-                     (edit(facts, "remove_detach", c),)) for c in detaches]
+    reconnect = [_remove_detach(facts, c) for c in sorted(filter(_is_detach, r.origin), key=position)]
     if isinstance(r.target, ast.Subscript):  # a view made in the call: the tensor viewed is the one used
         base = facts.text(r.target.value)
         return ranked([Fix(f"Differentiate with respect to `{base}` and slice its gradient",

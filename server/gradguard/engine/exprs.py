@@ -16,8 +16,8 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, NamedTupleType,
-    Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key, join_all,
-    literal_of, objs_of, tensor_of,
+    Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key,
+    join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -717,9 +717,7 @@ class Expressions:
         if len(cls) != 1 or not isinstance(next(iter(cls)), NamedTupleType):
             return False
         (a,) = tuple(cls)
-        given = self.exact_items(v, st)
-        defaults = tuple(given)[-len(a.fields):] if given is not None else tuple(UNKNOWN for _ in a.fields)
-        self.assign(owner.value, frozenset({NamedTupleType(a.fields, defaults)}), st, stmt, local)
+        self.assign(owner.value, frozenset({a.with_defaults(self.exact_items(v, st))}), st, stmt, local)
         return True
 
     def named_tuple(self, cls: NamedTupleType, args, kwargs, node):
@@ -728,8 +726,9 @@ class Expressions:
         if self.unknown_spread is node or self.unknown_keywords is node:
             return frozenset({Tup(tuple(UNKNOWN for _ in cls.fields), cls.fields)})
         first_default = len(cls.fields) - len(cls.defaults)
-        items = tuple(args[i] if i < len(args) else kwargs.get(
-            name, cls.defaults[i - first_default] if i >= first_default else UNKNOWN) for i, name in enumerate(cls.fields))
+        items = tuple(args[i] if i < len(args) else kwargs.get(name, cls.defaults[i - first_default]
+                                                               if i >= first_default else UNKNOWN)
+                      for i, name in enumerate(cls.fields))
         return frozenset({Tup(items, cls.fields)})
 
     def alternatives(self, value, st, fn):

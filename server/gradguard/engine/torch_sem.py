@@ -186,20 +186,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         (`site` is the no_grad block when grad mode is off), plus the inputs' own cuts."""
         cut = frozenset()
         live = False
+        reached = set()  # what the graph cut here reached (`facts.cut_reach`)
         for v in inputs:
             t = tensor_of(v)
             if t is not None:
                 cut |= t.cut
                 live |= t.rg is not False
+                if t.deps is not None:
+                    reached |= t.deps | t.objs
         if live:
             site = self.no_grad_sites[-1] if self.no_grad_sites else self.grad_off_call
             here = site if st.grad is False and site is not None else node
             cut |= {here}
-            reached = self.facts.cut_reach.setdefault(here, set())  # what the graph cut here reached
-            for v in inputs:
-                t = tensor_of(v)
-                if t is not None and t.deps is not None:
-                    reached |= t.deps | t.objs
+            self.facts.cut_reach.setdefault(here, set()).update(reached)
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
@@ -1248,29 +1247,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         attr = literal_of(args[1], str) if len(args) >= 2 else None  # `getattr(self, name)`, `name` known
         if name == "getattr" and attr is not None:
             return self.attribute(a0, attr, st, node)
-        if name == "setattr" and len(args) == 3 and attr is not None:
-            self.set_attribute(a0, attr, args[2], st, node)
-            return NONE
-        names = {a.value for a in args[1]} if len(args) == 3 and all(
-            isinstance(a, Const) and isinstance(a.value, str) for a in args[1]) else None
-        if name == "setattr" and names and not any(isinstance(a, Unknown) for a in a0):
-            # one of these names (a loop's iterations joined): each may be the one set
-            for obj in objs_of(a0):
-                for n in sorted(names):
-                    st.set_attr(obj.id, n, args[2], strong=False)
-                if obj.kind == "module" and tensor_of(args[2]) is not None:
-                    st.set_attr(obj.id, "<rg>", UNKNOWN)  # a parameter, perhaps
-                self.may_thaw([obj] if obj.kind == "module" else [], st)
-            return NONE
-        if name == "setattr" and len(args) == 3:  # a name not known: any attribute may be the new value
-            if any(isinstance(a, Unknown) for a in a0):  # on an object not known (`model.get_submodule(...)`):
-                self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)  # any module may hold it now
-            for obj in objs_of(a0):
-                st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
-                for known in [n for n in st.heap.get(obj.id) or () if not n.startswith("<")]:
-                    st.set_attr(obj.id, known, args[2], strong=False)  # it may be the one replaced
-                self.may_thaw([obj] if obj.kind == "module" else [], st)
-            return NONE
+        if name == "setattr" and len(args) == 3:
+            return self.setattr_call(a0, attr, args[1], args[2], st, node)
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})
         if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
@@ -1531,6 +1509,29 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
 
+    def setattr_call(self, obj, attr, name, v, st, node):
+        """`setattr(obj, name, v)`.  With `attr`, the name known, an assignment; with one of
+        several known names (a loop's iterations joined), each may be the one set; with a name
+        not known, any attribute may be (and any frozen module may now hold `v`, on an object not
+        known: `model.get_submodule(...)`)."""
+        if attr is not None:
+            self.set_attribute(obj, attr, v, st, node)
+            return NONE
+        unknown = any(isinstance(a, Unknown) for a in obj)
+        names = None if unknown or not name or not all(isinstance(a, Const) and isinstance(a.value, str)
+                                                       for a in name) else sorted({a.value for a in name})
+        if unknown:
+            self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)
+        for o in objs_of(obj):
+            if names is None:
+                st.set_attr(o.id, UNSEEN_ATTRS, const(True))
+            elif o.kind == "module" and tensor_of(v) is not None:
+                st.set_attr(o.id, "<rg>", UNKNOWN)  # a parameter, perhaps
+            for n in names if names is not None else [n for n in st.heap.get(o.id) or () if not n.startswith("<")]:
+                st.set_attr(o.id, n, v, strong=False)  # it may be the one replaced
+            self.may_thaw([o] if o.kind == "module" else [], st)
+        return NONE
+
     def tensor_dataset(self, args, st, node):
         """`TensorDataset(x, y)`: a sequence of `(x[i], y[i])`, not empty when the first
         tensor's length is known and not 0.  Only tensors that do not require grad are
@@ -1538,7 +1539,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         tensors = [tensor_of(a) if len(a) == 1 else None for a in args]
         if not tensors or any(t is None or t.rg is not False for t in tensors):
             return UNKNOWN
-        rows = tuple(self.batch_of(t, node, st, t.shape[1:] if t.shape else None) for t in tensors)
+        rows = tuple(self.batch_of(t, t.shape[1:] if t.shape else None) for t in tensors)
         n = tensors[0].shape[0] if tensors[0].shape else None
         return self.make_sequence(frozenset({Tup(rows)}), st, node, nonempty=isinstance(n, int) and n > 0 or None)
 
@@ -1549,17 +1550,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         dataset = kwargs.get("dataset", args[0] if args else UNKNOWN)
         if len(dataset) != 1 or not objs_of(dataset, "list") or kwargs.get("collate_fn") is not None:
             return UNKNOWN
-        (elem,) = tuple(self.iter_elements(dataset, st)) if len(self.iter_elements(dataset, st)) == 1 else (None,)
+        elems = self.iter_elements(dataset, st)
+        (elem,) = tuple(elems) if len(elems) == 1 else (None,)
         parts = elem.items if isinstance(elem, Tup) else (frozenset({elem}),) if isinstance(elem, Tensor) else None
         if parts is None or any(tensor_of(p) is None or len(p) != 1 or tensor_of(p).rg is not False for p in parts):
             return UNKNOWN
-        batches = tuple(self.batch_of(tensor_of(p), node, st, None) for p in parts)
+        batches = tuple(self.batch_of(tensor_of(p), None) for p in parts)
         drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
         nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
         return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,
                                   nonempty=nonempty)
 
-    def batch_of(self, t: Tensor, node, st, shape):
+    @staticmethod
+    def batch_of(t: Tensor, shape):
         """A tensor of `t`'s dtype without a graph, new each time a loop reads it: so no storage
         of its own here (an in-place change of one batch is no change of the next), and no
         inference tensor known (it is made where the loop runs, perhaps in another mode)."""
@@ -1577,9 +1580,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if not fields or None in fields or not all(f.isidentifier() for f in fields):
             return UNKNOWN
         given = () if defaults is None or defaults == NONE else self.exact_items(defaults, st)
-        if given is None:  # defaults not known one by one: any field may have one
-            given = tuple(UNKNOWN for _ in fields)
-        return frozenset({NamedTupleType(fields, tuple(given)[-len(fields):])})
+        return frozenset({NamedTupleType(fields).with_defaults(given)})
 
     def named_children(self, m: Obj, st) -> list | None:
         """`m.named_children()` as torch gives it: each module held by an attribute (a

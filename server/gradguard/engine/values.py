@@ -166,6 +166,13 @@ class NamedTupleType:
     fields: tuple
     defaults: tuple = ()
 
+    def with_defaults(self, given) -> "NamedTupleType":
+        """The class with these defaults (values, the last field's last); None: not known one
+        by one, so any field may have one."""
+        if given is None:
+            return NamedTupleType(self.fields, tuple(UNKNOWN for _ in self.fields))
+        return NamedTupleType(self.fields, tuple(given)[-len(self.fields):])
+
 
 @dataclass(frozen=True)
 class Super:
