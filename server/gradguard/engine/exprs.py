@@ -779,8 +779,8 @@ class Expressions:
         self.sure_events += 1
         self.obj_class[obj.id] = cls.id
         if is_module:
-            self.module_kind[obj.id] = "local"
-        st.heap.setdefault(obj.id, self.no_hooks({}) if is_module else {})
+            self.module_kind[obj.id] = self.library_base(cls.id, st) or "local"
+        st.heap.setdefault(obj.id, self.new_module() if is_module else {})
         generated = self.generated_init(cls.id, st)
         init = self.class_lookup(cls.id, "__init__", st) if generated is None else None
         fields = self.fields_of(generated, st) if generated is not None else None

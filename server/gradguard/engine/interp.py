@@ -1035,8 +1035,8 @@ class Interpreter(Expressions, TorchSemantics):
 
     def literal(self, node, st):
         """A parameter default: constants, literal containers and names (no calls run twice)."""
-        if isinstance(node, ast.Constant):
-            return const(node.value) if not isinstance(node.value, float) else frozenset({self.num()})
+        if isinstance(node, ast.Constant):  # as in an expression (`dropout=0.0` tested with `> 0`)
+            return self.expr_Constant(node, st)
         if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute)) or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"):
             return self.eval(node, st)

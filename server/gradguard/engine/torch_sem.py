@@ -943,11 +943,23 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             st.set_attr(obj.id, "<nonempty>", const(True))
 
     def super_method(self, sup, name, args, kwargs, st, node):
+        selves = [a for a in sup.self_value if isinstance(a, Obj)]
         for base in self.bases_of(sup.class_id, st):
+            layer = self.library_layer(base)
+            if layer is not None and len(selves) == 1 and self.module_kind.get(selves[0].id) == layer:
+                # `class Dense(nn.Linear)`: `super().__init__(i, o)` and `super().forward(x)` do what torch's do
+                m = selves[0]
+                if name == "__init__":
+                    attrs = self.library_attrs(m, layer, K.module_info(layer), args, kwargs, st, node,
+                                               dict(st.heap.get(m.id) or {}))
+                    st.heap[m.id] = attrs
+                    return NONE
+                if name in ("forward", "__call__"):
+                    return self.module_call(m, args, kwargs, st, node)
+                return self.module_method(m, name, args, kwargs, st, node)
             if isinstance(base, Obj) and base.kind == "class":
                 found = self.class_lookup(base.id, name, st)
                 if found is not None:
-                    selves = [a for a in sup.self_value if isinstance(a, Obj)]
                     if selves:
                         return self.call_value(self.bind_class_member(found, selves[0], st, node), args, kwargs,
                                                st, node)
@@ -1296,7 +1308,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         obj = Obj(("obj",) + self.region_id(node, "obj"), "module")  # `[nn.Linear(4, 4) for _ in ...]`: several
         self.sure_events += 1
         self.module_kind[obj.id] = cls_name
-        attrs = self.no_hooks({})
+        st.heap[obj.id] = self.library_attrs(obj, cls_name, info, args, kwargs, st, node, self.new_module())
+        return frozenset({obj})
+
+    def new_module(self) -> dict:
+        """The heap attributes of a module its constructor made here: no hooks, in training mode."""
+        return self.no_hooks({"training": const(True)})
+
+    def library_attrs(self, obj, cls_name, info, args, kwargs, st, node, attrs):
+        """What a torch.nn class's `__init__` gives `obj` (`nn.Linear(4, 8)`, or `super().__init__(4, 8)`
+        in a class derived from it): a container's layers, an in-place flag, sizes."""
         if info.container:
             # `<items>`: the layers one by one when known (a Sequential is their chain), `<layers>`: any of them
             items = None
@@ -1337,8 +1358,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if renorm is not None and renorm != NONE:
             attrs["<renorms>"] = const(True) if NONE.isdisjoint(renorm) and renorm else UNKNOWN
         attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
-        st.heap[obj.id] = attrs
-        return frozenset({obj})
+        return attrs
 
     def submodules(self, m: Obj, st) -> list:
         """`m` and every module reachable from its attributes, in definition order.  Asked at
@@ -1378,6 +1398,26 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             elif isinstance(a, Tup) and depth < 3:
                 for item in a.items:
                     yield from self.flat_objects(item, st, depth + 1, read)
+
+    def library_layer(self, base):
+        """The torch.nn class a project's class derives from directly, when the engine knows
+        what it computes (`nn.Linear`, `nn.Sequential`; not `nn.Module`)."""
+        if not isinstance(base, Ref) or not base.dotted.startswith(("torch.nn.", "nn.")):
+            return None
+        name = base.dotted.rsplit(".", 1)[-1]
+        info = K.module_info(name)
+        return name if info is not None and (info.op or info.container or info.has_params) else None
+
+    def library_base(self, cls_id, st, seen=None):
+        """The torch.nn class (see `library_layer`) first found among a class's bases or theirs."""
+        seen = (seen or set()) | {cls_id}
+        for base in self.bases_of(cls_id, st):
+            if (layer := self.library_layer(base)) is not None:
+                return layer
+            if isinstance(base, Obj) and base.kind == "class" and base.id not in seen:
+                if (layer := self.library_base(base.id, st, seen)) is not None:
+                    return layer
+        return None
 
     def builtin_info(self, m: Obj):
         """What the knowledge says of a torch.nn module's class; None for a local or unseen one."""
@@ -1440,7 +1480,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     "insert", "register_forward_hook", "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
         info = self.builtin_info(m)
-        if kind == "local" or info is not None and info.op is not None and not info.container:
+        if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
         sub = Obj(("sub", m.id, name), "module")
         self.module_kind.setdefault(sub.id, "opaque")
@@ -1492,7 +1532,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
                 self.frozen_by[x.id] = self.statement
             return frozenset({m})
-        if name in ("train", "eval", "to", "cuda", "cpu", "float", "double", "half", "apply"):
+        if name in ("train", "eval"):  # the module and every submodule: `self.training` is read in forward
+            flag = False if name == "eval" else self.truth_of(args[0] if args else kwargs.get("mode", const(True)))
+            mode = const(flag) if flag is not None else UNKNOWN
+            for x in self.submodules(m, st):
+                st.set_attr(x.id, "training", mode if strong else join(st.get_attr(x.id, "training") or UNKNOWN, mode))
+            return frozenset({m})
+        if name in ("to", "cuda", "cpu", "float", "double", "half", "apply"):
             return frozenset({m})
         if name == "register_buffer" and len(args) >= 2:
             known = self.registered_buffers(m, st)
