@@ -62,6 +62,8 @@ class Frame:
         self.self_value = None
         self.events = []  # per loop: set of "backward" / "step" / "zero_grad" events
         self.statement = None  # the statement of this frame being executed
+        self.raised_at = None  # the statement of this frame that surely raises on this path (see note_raise)
+        self.raised = False  # a path of this activation ended by such a raise
         self.with_grads = []  # per enclosing `with` of this frame: the grad mode it restores on exit
 
 
@@ -434,10 +436,16 @@ class Interpreter(Expressions, TorchSemantics):
                 for child in ast.iter_child_nodes(s):
                     if isinstance(child, ast.expr):
                         self.eval(child, st)
-                return st
-            return handler(s, st)
+                out = st
+            else:
+                out = handler(s, st)
         except RecursionError:  # from nested blocks or targets, not expressions (`eval` names those)
             raise TooComplex("statement nested too deeply to analyse", self.line_now()) from None
+        frame = self.frames[-1]
+        if frame.raised_at is s:  # the path ends where it raises: what follows never runs on it
+            frame.raised_at, frame.raised = None, True
+            return None
+        return out
 
     def stmt_Expr(self, s, st):
         self.eval(s.value, st)
@@ -979,6 +987,8 @@ class Interpreter(Expressions, TorchSemantics):
             if inference:
                 self.inference_sites.pop()
             self.one_of_several = several
+        if out is None and frame.raised:  # every path of the call ended, one by a raise: so does the caller's
+            self.frame.raised_at = self.frame.statement
         st.escape(frame.ret)  # a list the call returns outlives it
         if out is not None:
             st.env = dict(out.heap.pop(stash))

@@ -58,6 +58,7 @@ class RaiseChecks:
             origin = (made[-1].node,) if made else ()
         self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
                                                              self.entry_call(), in_place, from_loss))
+        self.frame.raised_at = self.frame.statement  # nothing after it runs on this path
 
     # ----------------------------------------------------------------- numpy
     def to_numpy(self, node, target, v, kwargs, st, sequence: bool = False) -> None:

@@ -1358,6 +1358,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if renorm is not None and renorm != NONE:
             attrs["<renorms>"] = const(True) if NONE.isdisjoint(renorm) and renorm else UNKNOWN
         attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
+        dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
+            "float32" if not self.default_dtype_set else None
+        if info.has_params and dtype is not None:  # its parameters' dtype (see convert_module)
+            attrs["<dtype>"] = const(dtype)
         return attrs
 
     def submodules(self, m: Obj, st) -> list:
@@ -1447,8 +1451,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         rgs = [self.module_rg(x, st) for x in mods]
         rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
         cut = frozenset(self.frozen_by[x.id] for x in mods if x.id in self.frozen_by) if rg is False else frozenset()
+        made = [st.get_attr(x.id, "<inference>") for x in mods]  # see convert_module
+        inference = made[0] if all(v is not None and len(v) == 1 and NONE.isdisjoint(v) for v in made) else None
         return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut,
-                                 deps=frozenset())})
+                                 deps=frozenset(), inference=next(iter(inference)).value if inference else None)})
 
     def buffer_value(self, m: Obj) -> frozenset:
         """The buffers of a built-in module (BatchNorm's running statistics): one storage here."""
@@ -1538,7 +1544,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             for x in self.submodules(m, st):
                 st.set_attr(x.id, "training", mode if strong else join(st.get_attr(x.id, "training") or UNKNOWN, mode))
             return frozenset({m})
-        if name in ("to", "cuda", "cpu", "float", "double", "half", "apply"):
+        if name in ("to", "float", "double", "half", "bfloat16"):
+            self.convert_module(m, name, args, kwargs, st, strong)
+            return frozenset({m})
+        if name in ("cuda", "cpu", "apply"):
             return frozenset({m})
         if name == "register_buffer" and len(args) >= 2:
             known = self.registered_buffers(m, st)
@@ -1554,6 +1563,25 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__call__":
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
+
+    def convert_module(self, m: Obj, name, args, kwargs, st, strong):
+        """`model.to(torch.bfloat16)`, `model.half()`: each layer's parameters get the dtype.  A layer
+        whose dtype surely changes inside inference mode gets new parameter data made there: from
+        then on its parameters are inference tensors (`<inference>`: where they were made)."""
+        target = self.converted_dtype(name, args, kwargs)
+        if target is None and name == "to" and not args and "dtype" not in kwargs:
+            return  # `model.to(device=...)`: no dtype given
+        site = self.inference_site()
+        for x in self.submodules(m, st):
+            current = st.get_attr(x.id, "<dtype>")
+            if current is None:
+                continue
+            if site is not None and target is not None and literal_of(current, str) not in (None, target):
+                made = frozenset({Const(site)})
+                st.set_attr(x.id, "<inference>", made if strong else join(
+                    st.get_attr(x.id, "<inference>") or NONE, made))
+            dtype = const(target) if target is not None else UNKNOWN
+            st.set_attr(x.id, "<dtype>", dtype if strong else join(current, dtype))
 
     def setattr_call(self, obj, attr, name, v, st, node):
         """`setattr(obj, name, v)`.  With `attr`, the name known, an assignment; with one of

@@ -1,0 +1,33 @@
+# expect: inference_tensor
+# shape: a checkpoint helper decorated `@torch.inference_mode()` converts the model to half precision and back; the conversions made its parameters inference tensors, and the next training step saves one for backward
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(8, 16), nn.SiLU(), nn.Linear(16, 1))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.checkpoints = []
+
+    @torch.inference_mode()
+    def save_half(self):
+        self.model.half()
+        self.checkpoints.append({k: v.clone() for k, v in self.model.state_dict().items()})
+        self.model.float()
+
+    def step(self, x, y):
+        loss = F.mse_loss(self.model(x), y)  # raises
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+
+torch.manual_seed(0)
+trainer = Trainer()
+x, y = torch.randn(4, 8), torch.randn(4, 1)
+for epoch in range(3):
+    trainer.step(x, y)
+    trainer.save_half()
