@@ -414,6 +414,18 @@ class Expressions:
             keys = None if keys is None else keys | {key}
         st.set_attr(obj.id, "<keyset>", const(keys) if keys is not None else UNKNOWN)
 
+    def default_item(self, d: Obj, key, st, node):
+        """`registry[trigger]` of a `defaultdict(list)` whose keys are known and lack `trigger`:
+        the factory's new value, now stored under that key; None for any other dict."""
+        factory, keys = st.get_attr(d.id, "<default>"), self.keyset(d, st)
+        if factory is None or keys is None or key in keys:
+            return None
+        v = self.call_value(factory, [], {}, st, node)
+        st.set_attr(d.id, "<elems>", v, strong=False)
+        st.set_attr(d.id, "<keys>", const(key), strong=False)
+        self.set_dict_item(d, key, v, st)
+        return v
+
     def augassign(self, s, st):
         current = self.eval(s.target, st)
         rhs = self.eval(s.value, st)
@@ -622,7 +634,7 @@ class Expressions:
                 k = node.slice
                 key = item_key(index)
                 if a.kind in ("dict", "module") and key is not None:  # a ModuleDict's layer by its key
-                    exact = st.get_attr(a.id, item_attr(key))
+                    exact = st.get_attr(a.id, item_attr(key)) or self.default_item(a, key, st, node)
                     if exact is not None:
                         out = join(out, exact)
                         continue

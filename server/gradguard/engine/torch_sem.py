@@ -898,6 +898,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         attrs = {"<elems>": EMPTY}
         if obj.kind == "dict":
             attrs.update({"<keys>": EMPTY, "<keyset>": const(frozenset())})
+            if "<default>" in st.heap.get(obj.id, {}):  # a defaultdict keeps its factory
+                attrs["<default>"] = st.heap[obj.id]["<default>"]
         else:
             attrs.update({"<items>": frozenset({Tup(())}), HELD: HELD_NOTHING})
         st.heap[obj.id] = attrs
@@ -982,6 +984,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
+        if dotted == "collections.defaultdict" and len(args) == 1 and not kwargs:  # empty, with a factory
+            made = self.new_dict(node, [], [], st)
+            st.set_attr(next(iter(made)).id, "<default>", args[0])
+            return made
         if dotted == "collections.namedtuple" and len(args) >= 2:
             return self.namedtuple_type(args[1], kwargs.get("defaults"), st)
         if dotted in K.PYTHON_NUMBERS:  # `math.sqrt(d)`, `random.uniform(0, 1)`: a number, never a tensor
