@@ -247,7 +247,22 @@ class Expressions:
         t = self.static_truth(node, st)
         if t is None and len(node.ops) == 1:
             t = _fold_compare(node.ops[0], left, vals[0])
+        if t is None and len(node.ops) == 1:
+            t = self.type_compare(node, vals[0], st)
         return const(t) if t is not None else UNKNOWN
+
+    def type_compare(self, node, cls, st):
+        """`type(x) is np.ndarray` (or `==`, `is not`, `!=`): false when `x` is surely no instance
+        of the class (a tensor is no array); None when not known (a subclass may be one)."""
+        call, op = node.left, node.ops[0]
+        if not (isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name) and call.func.id == "type" and len(call.args) == 1
+                and not call.keywords and isinstance(call.args[0], (ast.Name, ast.Attribute))):
+            return None
+        if self.lookup("type", st) != frozenset({Ref("builtins.type")}) or \
+                self.isinstance_truth(self.eval(call.args[0], st), cls, st) is not False:
+            return None
+        return isinstance(op, (ast.IsNot, ast.NotEq))
 
     def expr_IfExp(self, node, st):
         t = self.test_truth(node.test, st)
@@ -1013,6 +1028,10 @@ class Expressions:
         if classes and all(isinstance(a, Ref) and a.dotted in BUILTIN_CLASSES for a in classes):
             types = tuple(BUILTIN_CLASSES[a.dotted] for a in classes)
             truths = {_is_instance(a, types) for a in v}
+            return truths.pop() if len(truths) == 1 else None
+        if classes and all(isinstance(a, Ref) and a.dotted == "numpy.ndarray" for a in classes):
+            truths = {True if isinstance(a, Array) else False if isinstance(a, (Tensor, Tup, Const, Num, Obj)) else None
+                      for a in v}
             return truths.pop() if len(truths) == 1 else None
         if classes and all(isinstance(a, Ref) and a.dotted in TENSOR_CLASSES for a in classes):
             truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj)) else None

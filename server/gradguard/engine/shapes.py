@@ -47,6 +47,24 @@ def broadcast(shapes: list) -> Shape:
     return tuple(out)
 
 
+def matmul(a: Shape, b: Shape) -> Shape:
+    """`a @ b` as torch.matmul shapes it: a 1-D operand gets a dimension of 1 (left in front, right
+    behind) that the result drops; the sizes before the last two broadcast."""
+    if not a or not b:
+        return None
+    if len(a) == 1 and len(b) == 1:
+        return ()
+    left = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    right = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    batch = broadcast([left[:-2], right[:-2]])
+    if batch is None:
+        return None
+    out = batch + (left[-2], right[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    return out[:-1] if len(b) == 1 else out
+
+
 def numel(shape: Shape) -> int | None:
     return None if shape is None or None in shape else prod(shape)
 
@@ -333,6 +351,9 @@ class Shapes:
             return self.method_shape("flatten", tensor_of(bound["self"]) or Tensor(),
                                      [bound["start_dim"]] if "start_dim" in bound else [], {}) \
                 if "end_dim" not in bound else None
+        if name in K.MATMUL_SHAPE_OPS:
+            tensors = [p for p in info.params if p in info.tensor_params]
+            return matmul(*(of(bound.get(p, frozenset())) for p in tensors)) if len(tensors) == 2 else None
         if name in K.INDEX_SHAPE_OPS:
             return of(bound["index"]) if "index" in bound else None
         if name in K.SAME_SHAPE_OPS:

@@ -1486,9 +1486,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
             return self.param_value(m, st)
         if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
-                    "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "requires_grad_",
-                    "register_buffer", "register_parameter", "add_module", "state_dict", "load_state_dict",
-                    "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
+                    "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "bfloat16",
+                    "requires_grad_", "register_buffer", "register_parameter", "add_module", "register_module",
+                    "state_dict", "load_state_dict", "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
                     "insert", "register_forward_hook", "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
         info = self.builtin_info(m)
@@ -1504,6 +1504,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def module_method(self, m: Obj, name, args, kwargs, st, node, strong=False):
         info = self.builtin_info(m)
         container = info is not None and info.container
+        if name == "register_module":  # torch's alias of add_module
+            name = "add_module"
         if container and (name in ("append", "extend", "insert") or (name == "add_module" and len(args) >= 2)):
             self.grow(m, name if name != "add_module" else "append", args[-1:] if name == "add_module" else args,
                       st, strong, "<layers>")
@@ -1614,10 +1616,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def tensor_dataset(self, args, st, node):
         """`TensorDataset(x, y)`: a sequence of `(x[i], y[i])`, not empty when the first
-        tensor's length is known and not 0.  Only tensors that do not require grad are
-        followed (their rows have no graph); anything else is unknown."""
+        tensor's length is known and not 0.  Each row carries its tensor's graph (encoder
+        outputs given to a flow's `fit`: every batch backpropagates into that one graph)."""
         tensors = [tensor_of(a) if len(a) == 1 else None for a in args]
-        if not tensors or any(t is None or t.rg is not False for t in tensors):
+        if not tensors or any(t is None for t in tensors):
             return UNKNOWN
         rows = tuple(self.batch_of(t, t.shape[1:] if t.shape else None) for t in tensors)
         n = tensors[0].shape[0] if tensors[0].shape else None
@@ -1625,7 +1627,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def data_loader(self, args, kwargs, st, node):
         """`DataLoader(dataset, batch_size=..., drop_last=...)` over a dataset whose items are
-        known tensors without a graph: batches of the same tensors stacked, the loop over it
+        known tensors: batches of the same tensors stacked (with their graphs), the loop over it
         runs when the dataset is not empty (and `drop_last` is off)."""
         dataset = kwargs.get("dataset", args[0] if args else UNKNOWN)
         if len(dataset) != 1 or not objs_of(dataset, "list") or kwargs.get("collate_fn") is not None:
@@ -1633,7 +1635,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         elems = self.iter_elements(dataset, st)
         (elem,) = tuple(elems) if len(elems) == 1 else (None,)
         parts = elem.items if isinstance(elem, Tup) else (frozenset({elem}),) if isinstance(elem, Tensor) else None
-        if parts is None or any(tensor_of(p) is None or len(p) != 1 or tensor_of(p).rg is not False for p in parts):
+        if parts is None or any(tensor_of(p) is None or len(p) != 1 for p in parts):
             return UNKNOWN
         batches = tuple(self.batch_of(tensor_of(p), None) for p in parts)
         drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
@@ -1643,10 +1645,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     @staticmethod
     def batch_of(t: Tensor, shape):
-        """A tensor of `t`'s dtype without a graph, new each time a loop reads it: so no storage
-        of its own here (an in-place change of one batch is no change of the next), and no
-        inference tensor known (it is made where the loop runs, perhaps in another mode)."""
-        return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=shape, dtype=t.dtype)})
+        """Rows of `t` stacked: a tensor of its dtype, new each time a loop reads it, so no
+        storage of its own here (an in-place change of one batch is no change of the next),
+        and no inference tensor known (it is made where the loop runs, perhaps in another
+        mode).  It carries `t`'s graph, if `t` has one, and reaches what `t` reaches."""
+        if t.rg is False:
+            return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=shape, dtype=t.dtype)})
+        return frozenset({Tensor(regions=t.regions, freed=t.freed, dirty=t.dirty, sure=t.sure, rg=t.rg, leaf=False,
+                                 deps=None if t.deps is None else t.deps | t.objs, shape=shape, dtype=t.dtype)})
 
     def namedtuple_type(self, names, defaults, st):
         """`collections.namedtuple(name, names)`: its fields from a string (`"v i"`, `"v, i"`) or

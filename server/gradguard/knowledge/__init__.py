@@ -35,10 +35,11 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
-    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``INDEX_SHAPE_OPS`` / ``LAYER_SHAPES``
+    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``INDEX_SHAPE_OPS`` / ``MATMUL_SHAPE_OPS`` /
+    ``LAYER_SHAPES``
         where shapes are known from: how a factory states its sizes, the shape a loss
         returns with ``reduction='none'``, ops that keep their input's shape or take their
-        index's (``gather``), layers by
+        index's (``gather``), products shaped like ``torch.matmul``'s, layers by
         what they keep of ``(N, C, *spatial)``.
     ``LAYER_GEOMETRY``
         for convolutions and pooling layers, their kind, their number of spatial dimensions
@@ -91,7 +92,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS", "DEFAULT_FLOAT_FACTORIES",
+    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS", "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
@@ -623,6 +624,8 @@ def _api_table(name: str):
         return FrozenMap(api["shapes"]["dtype_methods"])
     if name == "INDEX_SHAPE_OPS":
         return frozenset(api["shapes"]["index_shape"])
+    if name == "MATMUL_SHAPE_OPS":
+        return frozenset(api["shapes"]["matmul_shape"])
     if name == "AUTOGRAD_GRAD_UNUSED_KEYWORDS":
         return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":
