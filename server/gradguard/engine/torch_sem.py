@@ -959,6 +959,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if name in ("forward", "__call__"):
                     return self.module_call(m, args, kwargs, st, node)
                 return self.module_method(m, name, args, kwargs, st, node)
+            if self.is_module_ref(base) and len(selves) == 1 and selves[0].kind == "module" and \
+                    name not in ("__init__", "forward", "__call__"):
+                return self.module_method(selves[0], name, args, kwargs, st, node)  # `super().train(mode)`
             if isinstance(base, Obj) and base.kind == "class":
                 found = self.class_lookup(base.id, name, st)
                 if found is not None:
@@ -1409,6 +1412,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 for item in a.items:
                     yield from self.flat_objects(item, st, depth + 1, read)
 
+    @staticmethod
+    def is_module_ref(base) -> bool:
+        """Whether a base class is a torch.nn module class (`nn.Module`, `nn.Linear`)."""
+        return isinstance(base, Ref) and base.dotted.startswith(("torch.nn.", "nn.")) and \
+            K.module_info(base.dotted) is not None
+
     def library_layer(self, base):
         """The torch.nn class a project's class derives from directly, when the engine knows
         what it computes (`nn.Linear`, `nn.Sequential`; not `nn.Module`)."""
@@ -1546,11 +1555,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
                 self.frozen_by[x.id] = self.statement
             return frozenset({m})
-        if name in ("train", "eval"):  # the module and every submodule: `self.training` is read in forward
+        if name in ("train", "eval"):  # `self.training`, read in forward
             flag = False if name == "eval" else self.truth_of(args[0] if args else kwargs.get("mode", const(True)))
-            mode = const(flag) if flag is not None else UNKNOWN
-            for x in self.submodules(m, st):
-                st.set_attr(x.id, "training", mode if strong else join(st.get_attr(x.id, "training") or UNKNOWN, mode))
+            self.set_training(m, const(flag) if flag is not None else UNKNOWN, st, strong, node, {m.id})
             return frozenset({m})
         if name in ("to", "float", "double", "half", "bfloat16"):
             self.convert_module(m, name, args, kwargs, st, strong)
@@ -1571,6 +1578,28 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__call__":
             return self.hooked_call(m, args, kwargs, st, node, lambda xs: self.module_call(m, xs, kwargs, st, node))
         return UNKNOWN
+
+    def set_training(self, m: Obj, mode, st, strong, node, seen: set) -> None:
+        """`Module.train(mode)`: the module's flag, then each child's own `train(mode)`, which a
+        class may override (to drop a cache computed in eval mode); every submodule's flag when
+        the children are not known one by one."""
+        def flag(x):
+            st.set_attr(x.id, "training", mode if strong else join(st.get_attr(x.id, "training") or UNKNOWN, mode))
+        flag(m)
+        children = self.named_children(m, st)
+        if children is None:
+            for x in self.submodules(m, st)[1:]:
+                flag(x)
+            return
+        for _, x in children:
+            if x.id in seen:
+                continue
+            seen.add(x.id)
+            override = self.class_lookup(self.obj_class[x.id], "train", st) if x.id in self.obj_class else None
+            if override is not None:
+                self.call_value(self.bind_class_member(override, x, st, node), [mode], {}, st, node)
+            else:
+                self.set_training(x, mode, st, strong, node, seen)
 
     def convert_module(self, m: Obj, name, args, kwargs, st, strong):
         """`model.to(torch.bfloat16)`, `model.half()`: each layer's parameters get the dtype.  A layer
