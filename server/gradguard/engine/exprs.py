@@ -14,10 +14,11 @@ from dataclasses import replace
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, surely_bound
+from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, Method, NamedTupleType,
-    Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr, item_attr, item_key,
-    join_all, literal_of, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
+    NamedTupleType, Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
+    item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -281,6 +282,9 @@ class Expressions:
     def expr_Yield(self, node, st):
         v = self.eval(node.value, st) if node.value is not None else NONE
         self.frame.yields = join(self.frame.yields, v)
+        if self.frame.on_yield is not None:  # a `@contextmanager`'s: the `with` body runs here
+            self.frame.on_yield(v, st)
+            return NONE
         return UNKNOWN
 
     def expr_YieldFrom(self, node, st):
@@ -554,8 +558,8 @@ class Expressions:
                 out = join(out, self.array_attribute(a, name, st, node))
             elif isinstance(a, Obj):
                 out = join(out, self.object_attribute(a, name, st, node))
-            elif isinstance(a, Super):  # `super().forward`: looked up in the bases when called
-                out = join(out, frozenset({Method(frozenset({a}), name)}))
+            elif isinstance(a, Super) or isinstance(a, GradMode) and name in ("__enter__", "__exit__"):
+                out = join(out, frozenset({Method(frozenset({a}), name)}))  # looked up when called
             elif isinstance(a, Tup) and name in a.names:  # a named tuple's field
                 out = join(out, a.items[a.names.index(name)])
             else:
@@ -719,6 +723,8 @@ class Expressions:
     def call_atom(self, a, args, kwargs, st, node):
         """A call of one alternative `a` of the called value."""
         if isinstance(a, Func):
+            if a.node in self.managed_funcs:  # run when a `with` enters it
+                return managed_call(a, args, kwargs)
             call_args = ([a.bound] if a.bound is not None else []) + list(args)
             return self.call_function(a, call_args, dict(kwargs), st, node)
         if isinstance(a, Obj) and a.kind == "class":

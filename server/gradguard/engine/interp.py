@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine import binder
+from gradguard.engine.contexts import CONTEXTMANAGER, UserContexts
 from gradguard.engine.exprs import Expressions
 from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
@@ -64,6 +65,7 @@ class Frame:
         self.statement = None  # the statement of this frame being executed
         self.raised_at = None  # the statement of this frame that surely raises on this path (see note_raise)
         self.raised = False  # a path of this activation ended by such a raise
+        self.on_yield = None  # for a `@contextmanager` entered by a `with`: runs its body (see contexts.py)
         self.with_grads = []  # per enclosing `with` of this frame: the grad mode it restores on exit
 
 
@@ -130,7 +132,7 @@ def _walk_own(func):
         stack.extend(ast.iter_child_nodes(node))
 
 
-class Interpreter(Expressions, TorchSemantics):
+class Interpreter(Expressions, TorchSemantics, UserContexts):
     def __init__(self, source: str, tree: ast.Module, deadline: float | None = None, *, path: str = "<string>",
                  workspace=None, limits: Limits = Limits()):
         self.source = source
@@ -184,6 +186,10 @@ class Interpreter(Expressions, TorchSemantics):
         self.default_dtype_set = False  # `torch.set_default_dtype` seen: float factories' dtype not known
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
         self.inference_sites: list = []  # the inference_mode blocks being executed (see `stmt_With`)
+        self.entered_modes: list = []  # grad modes entered by `mode.__enter__()`: what `__exit__` restores
+        self.managed_funcs: set = set()  # `@contextmanager` functions (see contexts.py)
+        self.pending_yield = None  # what the next call's `yield` runs: a `with` body (see `with_managed`)
+        self.not_followed = None  # the function of the last call not followed (see `call_function`)
         self.once_bound: dict = {}  # function -> the names it binds once (see `closure`)
         self.grad_off_call = None  # the last plain `torch.set_grad_enabled(False)` call: where a graph was cut
         self.frozen_by: dict = {}  # module object id -> the statement that froze its parameters
@@ -613,10 +619,14 @@ class Interpreter(Expressions, TorchSemantics):
     def stmt_With(self, s, st):
         if any(_expects_error(item.context_expr) for item in s.items):
             return self.exec_expecting_error(s, st)
+        first = self.eval(s.items[0].context_expr, st)
+        cm = self.user_context(first, st) if len(s.items) == 1 else None
+        if cm is not None:
+            return self.with_user_context(s, cm, st)
         saved_grad = st.grad
         sites, inference = len(self.no_grad_sites), len(self.inference_sites)
         for item in s.items:
-            ctx = self.eval(item.context_expr, st)
+            ctx = first if item is s.items[0] else self.eval(item.context_expr, st)
             mode = self.grad_mode_of(ctx)
             if mode == "keep" and _may_switch_grad(item.context_expr):
                 mode = None  # a library's own `no_grad()`: gradient recording is not known inside
@@ -697,6 +707,8 @@ class Interpreter(Expressions, TorchSemantics):
                 kind = "staticmethod"
             elif name == "classmethod":
                 kind = "classmethod"
+            elif dv == CONTEXTMANAGER:
+                self.managed_funcs.add(s)
             elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
             elif (mode := self.grad_mode_of(dv)) != "keep" or _may_switch_grad(d):
@@ -938,6 +950,7 @@ class Interpreter(Expressions, TorchSemantics):
             for obj in objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]:
                 if obj.kind in ("instance", "module"):
                     st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+            self.not_followed = node
             return UNKNOWN
         if self.frames and not root:
             ctx = (self.frame.ctx + (id(call_node),))[-self.limits.call_string:]
@@ -947,6 +960,7 @@ class Interpreter(Expressions, TorchSemantics):
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))
         frame.call_node = call_node
+        frame.on_yield, self.pending_yield = self.pending_yield, None
         grad = self.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics)
         self.bind_params(node, args, kwargs, callee, frame, st)

@@ -788,6 +788,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.container_method(a, name, args, kwargs, st, node, strong=len(recv) == 1)
         if isinstance(a, Super):
             return self.super_method(a, name, args, kwargs, st, node)
+        if isinstance(a, GradMode) and name in ("__enter__", "__exit__") and len(recv) == 1:
+            return self.manual_grad_mode(a, name, st, node)
         return self.unknown_method(name, args, kwargs, st, node)
 
     def custom_function(self, cls_id, args, st, node):

@@ -150,6 +150,15 @@ class Func:
 
 
 @dataclass(frozen=True)
+class Managed:
+    """A call of a `@contextlib.contextmanager` function, run when a `with` enters it."""
+
+    func: Func
+    args: tuple  # of values
+    kwargs: tuple  # of (name, value)
+
+
+@dataclass(frozen=True)
 class Method:
     """A method of a non-local receiver (tensor, module, optimizer, list, ...)."""
 

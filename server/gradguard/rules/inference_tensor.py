@@ -112,4 +112,6 @@ def _where(facts: Facts, site) -> str:
         return f"`@inference_mode` def {site.name}, {facts.line(site)}"
     if isinstance(site, (ast.With, ast.AsyncWith)):
         return f"`{facts.text(site.items[0].context_expr)}`, {facts.line(site)}"
+    if isinstance(site, ast.Call):  # `self._mode.__enter__()`, in a context manager of the project
+        return f"`{facts.text(site)}`, {facts.line(site)}"
     return facts.line(site)
