@@ -22,7 +22,7 @@ from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, 
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import SIZE, Shapes, numel
+from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
@@ -731,6 +731,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return False
         if name == "to" and self.truth_of(kwargs.get("copy", const(False))) is not False:
             return False if t.rg is True else None  # `copy=True`: a copy, with a grad_fn
+        if name == "type" and args and t.rg is True and t.dtype is not None:
+            # `.type(torch.DoubleTensor)`, `.type(torch.cuda.FloatTensor)` (each type it may be): a copy
+            # when the dtype changes or the tensor goes to a GPU
+            targets = [self.legacy_type(a) for a in args[0]]  # (a copy to an integer type has no grad_fn)
+            if targets and all(dtype in FLOATING and (gpu or dtype != t.dtype) for dtype, gpu in targets):
+                return False
         target = self.converted_dtype(name, args, kwargs)
         if target is not None and t.dtype is not None and t.rg is True:
             if target != t.dtype:
@@ -738,6 +744,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if name != "to" or not device_given(args, kwargs):
                 return t.leaf  # the same dtype on the same device: the tensor itself
         return t.leaf if t.leaf is False else None
+
+    def legacy_type(self, a) -> tuple:
+        """(dtype, on a GPU) of a tensor type given to `.type()`: `torch.DoubleTensor`,
+        `torch.cuda.FloatTensor`, a dtype (`torch.float64`) or its name as a string."""
+        dotted = a.dotted if isinstance(a, Ref) else a.value if isinstance(a, Const) and isinstance(a.value, str) \
+            else None
+        if dotted is None or not dotted.startswith("torch."):
+            return None, False
+        last = dotted.rsplit(".", 1)[-1]
+        return K.TYPED_FACTORIES.get(last) or self.dtype_named(frozenset({Ref(dotted)})), \
+            dotted.startswith("torch.cuda.")
 
     def converted_dtype(self, name, args, kwargs):
         """The dtype `.double()` or `.to(torch.float64)` converts to, when known."""
@@ -1661,7 +1678,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         known tensors: batches of the same tensors stacked (with their graphs), the loop over it
         runs when the dataset is not empty (and `drop_last` is off)."""
         dataset = kwargs.get("dataset", args[0] if args else UNKNOWN)
-        if len(dataset) != 1 or not objs_of(dataset, "list") or kwargs.get("collate_fn") is not None:
+        if kwargs.get("collate_fn") is not None:
+            return UNKNOWN
+        if len(dataset) == 1 and objs_of(dataset, "instance"):
+            return self.dataset_loader(objs_of(dataset, "instance")[0], kwargs, st, node)
+        if len(dataset) != 1 or not objs_of(dataset, "list"):
             return UNKNOWN
         elems = self.iter_elements(dataset, st)
         (elem,) = tuple(elems) if len(elems) == 1 else (None,)
@@ -1673,6 +1694,42 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
         return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,
                                   nonempty=nonempty)
+
+    def dataset_loader(self, ds: Obj, kwargs, st, node):
+        """`DataLoader(MyDataset(...))` of a project Dataset class: each batch is what its
+        `__getitem__` returns, collated as torch's default collate does (tensors stacked, numbers
+        made tensors, tuples and dicts item by item); the loop runs when `__len__` is known and
+        not 0 (and `drop_last` is off)."""
+        cls = self.obj_class.get(ds.id)
+        getitem = self.class_lookup(cls, "__getitem__", st) if cls is not None else None
+        if getitem is None:
+            return UNKNOWN
+        batch = self.collate(self.call_value(self.bind_class_member(getitem, ds, st, node), [frozenset({Num()})],
+                                             {}, st, node), st, node)
+        size = self.class_lookup(cls, "__len__", st)
+        n = int_of(self.call_value(self.bind_class_member(size, ds, st, node), [], {}, st, node)) if size else None
+        drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
+        return self.make_sequence(batch, st, node, nonempty=isinstance(n, int) and n > 0 and drop_last is False or None)
+
+    def collate(self, v, st, node, depth=0):
+        """torch's default collate of one dataset item, for a batch of them: a tensor is stacked
+        (a new tensor with a batch dimension first), a number becomes a tensor, a tuple or a dict
+        of known keys is collated item by item; anything else is unknown."""
+        t = tensor_of(v)
+        if t is not None and len(v) == 1:
+            return self.batch_of(t, (None,) + t.shape if t.shape is not None else None)
+        (a,) = tuple(v) if len(v) == 1 and depth < 3 else (None,)
+        if isinstance(a, Num) or isinstance(a, Const) and type(a.value) in (int, float):
+            return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=(None,))})
+        if isinstance(a, Tup):
+            return frozenset({Tup(tuple(self.collate(i, st, node, depth + 1) for i in a.items), a.names)})
+        keys = self.keyset(a, st) if isinstance(a, Obj) and a.kind == "dict" else None
+        if keys is not None and all(isinstance(k, str) for k in keys):
+            keys = sorted(keys)
+            return self.new_dict(node, [const(k) for k in keys],
+                                 [self.collate(st.get_attr(a.id, item_attr(k)) or UNKNOWN, st, node, depth + 1)
+                                  for k in keys], st)
+        return UNKNOWN
 
     @staticmethod
     def batch_of(t: Tensor, shape):
