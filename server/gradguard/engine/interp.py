@@ -66,6 +66,7 @@ class Frame:
         self.raised_at = None  # the statement of this frame that surely raises on this path (see note_raise)
         self.raised = False  # a path of this activation ended by such a raise
         self.on_yield = None  # for a `@contextmanager` entered by a `with`: runs its body (see contexts.py)
+        self.closed_over = frozenset()  # the names of its function's closure (see `closure`)
         self.with_grads = []  # per enclosing `with` of this frame: the grad mode it restores on exit
 
 
@@ -248,7 +249,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             return ()
         local = self.names_of(func)[0]
         free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
-        once = self.bound_once(fr.func)
+        once = self.bound_once(fr.func) | fr.closed_over  # (what the enclosing function itself closed over)
         return tuple((n, st.env[n]) for n in sorted(free) if n in st.env and n in once)
 
     def bound_once(self, func) -> frozenset:
@@ -966,6 +967,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.bind_params(node, args, kwargs, callee, frame, st)
         for name, v in func.closure:
             callee.env.setdefault(name, v)
+        frame.closed_over = frozenset(name for name, _ in func.closure)
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
         # marks them too, path by path (a backward on one branch of the callee is no must fact).
         stash = ("<env>", len(self.frames))

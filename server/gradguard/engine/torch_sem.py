@@ -1289,6 +1289,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.attribute(a0, attr, st, node)
         if name == "setattr" and len(args) == 3:
             return self.setattr_call(a0, attr, args[1], args[2], st, node)
+        if name == "hasattr" and attr is not None and a0 and all(  # a method of its class: surely there
+                isinstance(a, Obj) and self.obj_class.get(a.id) is not None
+                and self.class_lookup(self.obj_class[a.id], attr, st) is not None for a in a0):
+            return const(True)
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})
         if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
