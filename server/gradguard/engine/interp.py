@@ -620,11 +620,11 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def stmt_With(self, s, st):
         if any(_expects_error(item.context_expr) for item in s.items):
             return self.exec_expecting_error(s, st)
+        saved_grad = st.grad  # before `torch.set_grad_enabled(False)`, which sets the mode when called
         first = self.eval(s.items[0].context_expr, st)
         cm = self.user_context(first, st) if len(s.items) == 1 else None
         if cm is not None:
             return self.with_user_context(s, cm, st)
-        saved_grad = st.grad
         sites, inference = len(self.no_grad_sites), len(self.inference_sites)
         for item in s.items:
             ctx = first if item is s.items[0] else self.eval(item.context_expr, st)
