@@ -17,7 +17,7 @@ from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
-    NamedTupleType, Num, Obj, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
+    NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
     item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
@@ -737,6 +737,8 @@ class Expressions:
             return self.call_method(a.recv, a.name, args, kwargs, st, node)
         if isinstance(a, NamedTupleType):
             return self.named_tuple(a, args, kwargs, node)
+        if isinstance(a, Partial):
+            return self.call_value(a.func, [*a.args, *args], {**dict(a.kwargs), **kwargs}, st, node)
         return self.call_unknown(args, kwargs, st, node)
 
     def namedtuple_defaults(self, target, v, st, stmt, local) -> bool:

@@ -951,6 +951,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             for obj in objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]:
                 if obj.kind in ("instance", "module"):
                     st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+            self.may_thaw([m for v in [*args, *kwargs.values()] for m in self.flat_objects(v, st)], st)
             self.not_followed = node
             return UNKNOWN
         if self.frames and not root:

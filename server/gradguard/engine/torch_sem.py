@@ -27,7 +27,7 @@ from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
-    GradMode, Method, NamedTupleType, Num, Obj, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr,
+    GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr,
     is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
@@ -1006,6 +1006,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
+        if dotted == "functools.partial" and args and self.unknown_spread is not node \
+                and self.unknown_keywords is not node:
+            return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
+        if dotted in K.CHECKPOINT.functions and args:
+            return self.checkpoint(args, kwargs, st, node)
         if dotted == "collections.defaultdict" and len(args) == 1 and not kwargs:  # empty, with a factory
             made = self.new_dict(node, [], [], st)
             st.set_attr(next(iter(made)).id, "<default>", args[0])
@@ -1698,6 +1703,29 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
         return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,
                                   nonempty=nonempty)
+
+    def checkpoint(self, args, kwargs, st, node):
+        """`checkpoint(function, *args, use_reentrant=...)`: the function's call.  A reentrant one
+        runs it under no_grad, and its outputs require grad only if a tensor argument does: with
+        none that surely does, they have no graph (cut at the checkpoint); otherwise the call is
+        followed as it is."""
+        spec = K.CHECKPOINT
+        passed = {k: v for k, v in kwargs.items() if k not in spec.own_keywords}
+        fn, inputs = args[0], list(args[1:])
+        flag = kwargs.get(spec.reentrant_keyword)
+        reentrant = spec.reentrant_default if flag is None or flag == NONE else self.truth_of(flag)
+        tensors = [tensor_of(a) for a in inputs if tensor_of(a) is not None]
+        if reentrant is not True or st.grad is not True or self.unknown_spread is node \
+                or any(t.rg is not False or len(a) != 1 for t, a in zip(tensors, inputs)) \
+                or any(tensor_of(a) is None and not isinstance(next(iter(a), None), (Const, Num)) for a in inputs):
+            return self.call_value(fn, inputs, passed, st, node)
+        st.grad = False
+        self.no_grad_sites.append(node)
+        try:
+            return self.call_value(fn, inputs, passed, st, node)
+        finally:
+            self.no_grad_sites.pop()
+            st.grad = True
 
     def dataset_loader(self, ds: Obj, kwargs, st, node):
         """`DataLoader(MyDataset(...))` of a project Dataset class: each batch is what its

@@ -150,6 +150,15 @@ class Func:
 
 
 @dataclass(frozen=True)
+class Partial:
+    """`functools.partial(func, *args, **kwargs)`: a call of `func` with these first."""
+
+    func: frozenset
+    args: tuple  # of values
+    kwargs: tuple  # of (name, value)
+
+
+@dataclass(frozen=True)
 class Managed:
     """A call of a `@contextlib.contextmanager` function, run when a `with` enters it."""
 

@@ -51,6 +51,9 @@ torchgen data; never edit by hand)
         another dtype copies, with a grad_fn.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
+    ``CHECKPOINT`` (a :class:`Checkpoint`)
+        activation checkpointing: a reentrant checkpoint's outputs require grad only if one of its
+        tensor arguments does.
     ``NUMPY_ARRAYS`` (a :class:`NumpyArrays`)
         the shapes and dtypes numpy code states, and how torch's conversions carry them.
     ``TO_NUMPY`` (a :class:`ToNumpy`)
@@ -96,7 +99,7 @@ __all__ = [
     "PYTHON_NUMBERS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
-    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION",
+    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -511,6 +514,16 @@ class NumpyArrays:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """`torch.utils.checkpoint.checkpoint`: which calls, and the keywords that are its own."""
+
+    functions: frozenset  # dotted names
+    reentrant_keyword: str  # "use_reentrant"
+    reentrant_default: bool  # what torch does when it is not given
+    own_keywords: frozenset  # not passed on to the function
+
+
+@dataclass(frozen=True)
 class ToNumpy:
     """Conversions to numpy: `t.numpy()` and numpy functions that reach it through `__array__`."""
 
@@ -626,6 +639,10 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["index_shape"])
     if name == "MATMUL_SHAPE_OPS":
         return frozenset(api["shapes"]["matmul_shape"])
+    if name == "CHECKPOINT":
+        c = api["checkpoint"]
+        return Checkpoint(frozenset(c["functions"]), c["reentrant_keyword"], c["reentrant_default"],
+                          frozenset(c["own_keywords"]))
     if name == "AUTOGRAD_GRAD_UNUSED_KEYWORDS":
         return tuple(api["autograd_grad"]["unused_keywords"])
     if name == "TO_NUMPY":
