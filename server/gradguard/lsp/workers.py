@@ -26,8 +26,10 @@ process behind.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -184,7 +186,7 @@ def serve() -> None:
     to stdout, until stdin closes (the server is gone)."""
     jobs, answers = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt the answers
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    _die_with(os.getppid())
     while True:
         try:
             fn, args = pickle.loads(_receive(jobs))
@@ -201,8 +203,23 @@ def serve() -> None:
         _send(answers, data)
 
 
+def _die_with(server_pid: int) -> None:
+    """End the worker when the server is gone, an analysis under way not waited for: on Linux
+    the kernel kills it at once (`PR_SET_PDEATHSIG`), even in C code that holds the GIL, and
+    everywhere a thread watches for a new parent."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    threading.Thread(target=_exit_with, args=(server_pid,), daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
 def _exit_with(server_pid: int) -> None:
-    """End the worker when the server is gone (an analysis under way is not waited for)."""
+    """End the worker when the server is gone (it may have gone before the signal was asked for)."""
     while os.getppid() == server_pid:
         time.sleep(0.5)
     os._exit(1)
