@@ -107,9 +107,9 @@ class UserContexts:
         the mode before the last such `__enter__`."""
         if name == "__enter__":
             self.entered_modes.append((st.grad, len(self.no_grad_sites), len(self.inference_sites)))
-            if mode.inference:
-                self.inference_sites.append(node)
-            if mode.mode is False or (mode.mode is True and self.inference_sites):
+            if mode.inference or mode.leaves_inference:
+                self.inference_sites.append(node if mode.inference else None)
+            if mode.mode is False or (mode.mode is True and self.inference_site() is not None):
                 st.grad = False
                 self.no_grad_sites.append(self.inference_sites[-1] if mode.mode is True else node)
             elif mode.mode is True:

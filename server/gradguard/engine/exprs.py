@@ -297,7 +297,7 @@ class Expressions:
         inner = st.copy()
         for gen in node.generators:
             it = first if first is not None and gen is node.generators[0] else self.eval(gen.iter, inner)
-            self.assign(gen.target, self.iter_elements(it, inner), inner, node, local=True)
+            self.assign(gen.target, self.batch_read(self.iter_elements(it, inner)), inner, node, local=True)
             for cond in gen.ifs:
                 self.eval(cond, inner)
         vals = [self.eval(e, inner) for e in elt_nodes]

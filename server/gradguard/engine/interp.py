@@ -634,7 +634,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             site = s
             if mode is False and all(isinstance(a, GradMode) and a.inference for a in ctx):
                 self.inference_sites.append(s)
-            elif mode is not False and mode != "keep" and self.inference_sites:
+            elif mode is True and all(isinstance(a, GradMode) and a.leaves_inference for a in ctx):
+                self.inference_sites.append(None)  # `inference_mode(False)`: out of it, grad on
+            elif mode is not False and mode != "keep" and self.inference_site() is not None:
                 mode, site = False, self.inference_sites[-1]  # `enable_grad()` inside it records nothing either
             if mode != "keep":
                 st.grad = mode
@@ -815,7 +817,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 elem = counter(i, elem)
             elif i is not None and items is not None:  # or its item, with jumps or many items
                 elem = self.item_now(now, i, body_st)
-            self.assign(s.target, elem, body_st, s)
+            self.assign(s.target, self.batch_read(elem), body_st, s)
         return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count)
 
     def item_now(self, it, i, st):

@@ -1045,10 +1045,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def call_torch(self, dotted, last, args, kwargs, st, node):
         if dotted in K.NO_GRAD_CONTEXTS:
-            mode = False
-            if dotted in K.INFERENCE_MODE_CONTEXTS and args and self.truth_of(args[0]) is False:
-                mode = True
-            return frozenset({GradMode(mode, inference=mode is False and dotted in K.INFERENCE_MODE_CONTEXTS)})
+            flag = kwargs.get("mode", args[0] if args else None)
+            truth = True if flag is None or dotted not in K.INFERENCE_MODE_CONTEXTS else self.truth_of(flag)
+            if truth is None:  # `inference_mode(self.inference_mode)`, the flag not known
+                return frozenset({GradMode(None)})
+            if truth is False:
+                return frozenset({GradMode(True, leaves_inference=True)})
+            return frozenset({GradMode(False, inference=dotted in K.INFERENCE_MODE_CONTEXTS)})
         if dotted in K.ENABLE_GRAD_CONTEXTS:
             return frozenset({GradMode(True)})
         converted = tensor_from_array(last, array_of(args[0])) if args and array_of(args[0]) else None
@@ -1743,6 +1746,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
         return self.make_sequence(batch, st, node, nonempty=isinstance(n, int) and n > 0 and drop_last is False or None)
 
+    def batch_read(self, elem):
+        """What a loop reads: a DataLoader's batch is made now, so inside `torch.inference_mode()`
+        (a validation loop a trainer runs in that mode) it is an inference tensor."""
+        site = self.inference_site()
+        return elem if site is None else map_tensors(elem, lambda t: replace(t, inference=site) if t.batch else t)
+
     def collate(self, v, st, node, depth=0):
         """torch's default collate of one dataset item, for a batch of them: a tensor is stacked
         (a new tensor with a batch dimension first), a number becomes a tensor, a tuple or a dict
@@ -1770,7 +1779,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         and no inference tensor known (it is made where the loop runs, perhaps in another
         mode).  It carries `t`'s graph, if `t` has one, and reaches what `t` reaches."""
         if t.rg is False:
-            return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=shape, dtype=t.dtype)})
+            return frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), shape=shape, dtype=t.dtype, batch=True)})
         return frozenset({Tensor(regions=t.regions, freed=t.freed, dirty=t.dirty, sure=t.sure, rg=t.rg, leaf=False,
                                  deps=None if t.deps is None else t.deps | t.objs, shape=shape, dtype=t.dtype)})
 

@@ -70,6 +70,7 @@ class Tensor:
     # which tensor object it is, when made here (a factory's result, a view): what setting its
     # requires_grad changes for every name of it; None when not known
     ident: Optional[tuple] = None
+    batch: bool = False  # a DataLoader's batch: made when a loop reads it, in the mode there (see `batch_read`)
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -208,6 +209,7 @@ class GradMode:
 
     mode: object
     inference: bool = False
+    leaves_inference: bool = False  # `torch.inference_mode(False)`: grad on, and out of inference mode
 
 
 @dataclass(frozen=True)
