@@ -1246,7 +1246,7 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     is given that very name: elsewhere the model would read another tensor than the one
     optimized."""
     if r.target is None:
-        return ()
+        return _convert_before_wrapping(facts)
     if _chains_elements(r.target):
         return _chain_iterables(facts, r.target)
     name = facts.text(r.target, 200)
@@ -1261,6 +1261,36 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
         f" (on {facts.line(stmt)})" if len(stmts) > 1 else ""), (edit(facts, "new_leaf", stmt.value),))
         for stmt in stmts if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
         and facts.text(stmt.targets[0], 200) in (name, f"self.{getattr(r.target, 'attr', '')}")])
+
+
+_CONVERSIONS = frozenset({"to", "cuda", "cpu", "type", *K.DTYPE_METHODS})  # a copy with a grad_fn, maybe
+
+
+def _convert_before_wrapping(facts: Facts) -> tuple[Fix, ...]:
+    """`w = nn.Parameter(t).to(torch.float64)` (the converted copy is no leaf) ->
+    `w = nn.Parameter(t.to(torch.float64))`: at the assignments that make one (at most three
+    candidates, when the optimizer was given the tensor in a way that names none; each kept
+    only if the analysis confirms it)."""
+    found = []
+    for a in facts.nodes(None, ast.Assign):
+        call = a.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _CONVERSIONS \
+                and isinstance(call.func.value, ast.Call) and _last_name(call.func.value.func) == "Parameter" \
+                and call.func.value.args:
+            wrap = call.func.value
+            inner = f"{facts.text(wrap.args[0], 400)}.{call.func.attr}({_arguments(facts, call)})"
+            rest = _arguments(facts, wrap, skip=1)
+            text = f"{facts.text(wrap.func, 400)}({inner}{', ' + rest if rest else ''})"
+            found.append(Fix(f"Convert the tensor before making it a parameter (on {facts.line(a)})",
+                             (edit(facts, "replace", call, text),)))  # unsafe: the module now registers it
+    return ranked(found) if len(found) <= 3 else ()
+
+
+def _arguments(facts: Facts, call: ast.Call, skip: int = 0) -> str:
+    """The source text of a call's arguments, less its first `skip` positional ones."""
+    return ", ".join([facts.text(a, 400) for a in call.args[skip:]] +
+                     [f"{k.arg}={facts.text(k.value, 400)}" if k.arg else f"**{facts.text(k.value, 400)}"
+                      for k in call.keywords])
 
 
 def _set_on_self(facts: Facts, target) -> list:

@@ -1305,6 +1305,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Num()})
         if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
             return const(float(literal_of(a0, int, float, bool)))
+        if name in ("bool", "int") and len(args) == 1 and literal_of(a0, int, float, bool) is not None:
+            return const({"bool": bool, "int": int}[name](literal_of(a0, int, float, bool)))  # `bool(args.flag)`
         if name == "print":
             return NONE
         if name == "dict":

@@ -36,7 +36,10 @@ class NonLeafOptimizer(RaiseRule):
     Unsafe: the fix makes the computed value a leaf of its own (`.detach().requires_grad_()`
     where it is assigned), so gradients no longer reach the tensors it was computed from.
     That is what an optimizer of this tensor needs, but code that read the old leaf's
-    `.grad` sees None.
+    `.grad` sees None. A parameter converted after it was made
+    (`nn.Parameter(t).to(torch.float64)`) is converted before instead
+    (`nn.Parameter(t.to(torch.float64))`): also unsafe, as the module now registers it among
+    its parameters (an optimizer given both `model.parameters()` and the tensor holds it twice).
     """
 
     code = "GG007"
