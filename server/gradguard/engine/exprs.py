@@ -794,6 +794,9 @@ class Expressions:
     def call_forward(self, obj, args, kwargs, st, node):
         """`obj(*args)` without hooks: its class's `__call__` (or a module's `forward`), what a
         torch module computes, or an unknown call."""
+        own = st.get_attr(obj.id, "forward") if obj.kind == "module" else None
+        if own and all(isinstance(a, (Func, Partial)) for a in own):  # `layer.forward = wrapper`: what runs now
+            return self.call_value(own, args, kwargs, st, node)
         cls = self.obj_class.get(obj.id)
         if cls is not None:
             target = None
