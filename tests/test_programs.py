@@ -25,12 +25,22 @@ CASES = sorted(p.name for p in (HERE / "cases").glob("*.py"))
 KNOWN_GAPS: dict = {}
 
 
-@pytest.mark.parametrize("name", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_GAPS[c], strict=True))
-                                  if c in KNOWN_GAPS else c for c in CASES])
-def test_gradguard_agrees_with_the_label(name):
+def _cases(names: list, gaps: dict) -> list:
+    """The programs as parameters, those with a known gap expected to fail (strictly)."""
+    return [pytest.param(c, marks=pytest.mark.xfail(reason=gaps[c], strict=True)) if c in gaps else c for c in names]
+
+
+def _labelled(name: str) -> tuple[str, int | None, set]:
+    """A program's label (kind, raising line) and what GradGuard predicts for it."""
     kind, line = expectation(HERE / "cases" / name)
     found = {(f.span.line, PREDICTS[f.code]) for f in analyze((HERE / "cases" / name).read_text())
              if PREDICTS[f.code]}
+    return kind, line, found
+
+
+@pytest.mark.parametrize("name", _cases(CASES, KNOWN_GAPS))
+def test_gradguard_agrees_with_the_label(name):
+    kind, line, found = _labelled(name)
     if kind == "clean":
         assert not found
     else:
@@ -47,13 +57,10 @@ KNOWN_EXTRAS = {
 CRASHES = [c for c in CASES if expectation(HERE / "cases" / c)[0] != "clean"]
 
 
-@pytest.mark.parametrize("name", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_EXTRAS[c], strict=True))
-                                  if c in KNOWN_EXTRAS else c for c in CRASHES])
+@pytest.mark.parametrize("name", _cases(CRASHES, KNOWN_EXTRAS))
 def test_nothing_reported_past_the_raise(name):
     """A program stops where it raises: no other line of it is reported as raising."""
-    kind, line = expectation(HERE / "cases" / name)
-    found = {(f.span.line, PREDICTS[f.code]) for f in analyze((HERE / "cases" / name).read_text())
-             if PREDICTS[f.code]}
+    kind, line, found = _labelled(name)
     assert found <= {(line, kind)}
 
 
