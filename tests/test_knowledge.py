@@ -763,6 +763,21 @@ def test_layer_geometry_matches_torch():
     assert geometry("MaxPool1d", [value(3)], {"ceil_mode": frozenset()}) is None  # not known
 
 
+def test_matmul_shapes_match_torch():
+    """The shape the engine gives a product (`x @ w`, `torch.mm`, `bmm`, `mv`, `dot`) is torch's,
+    for each op the table names and each rank torch accepts."""
+    torch = _torch()
+    from gradguard.engine.shapes import matmul
+    pairs = [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)), ((3,), (5, 3, 4)),
+             ((5, 2, 3), (5, 3, 4)), ((1, 2, 3), (6, 3, 4)), ((7, 1, 2, 3), (6, 3, 4))]
+    for a, b in pairs:
+        assert matmul(a, b) == tuple((torch.zeros(a) @ torch.zeros(b)).shape), (a, b)
+    for name in K.MATMUL_SHAPE_OPS:
+        a, b = {"mm": ((2, 3), (3, 4)), "bmm": ((5, 2, 3), (5, 3, 4)), "mv": ((2, 3), (3,)),
+                "dot": ((3,), (3,)), "matmul": ((5, 2, 3), (3, 4))}[name]
+        assert matmul(a, b) == tuple(getattr(torch, name)(torch.zeros(a), torch.zeros(b)).shape), name
+
+
 def test_factory_dtypes_match_torch():
     """The dtype the engine states for a factory called without `dtype` is the one torch gives."""
     torch = _torch()

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from gradguard.analysis import AnalysisTimeout, analyze
 from gradguard.engine.limits import Limits
+from gradguard.engine.raises import RAISED_KINDS
 from gradguard.findings import Finding, Fix
 from gradguard.spans import LINE_BREAK
 
@@ -62,7 +63,10 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
             continue
         after, after_all = _keys(text, found), _keys(text, found, every=True)
         gone = after_all[target] <= before_all[target]  # `before` lacks this finding: as many as the others left
-        uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING
+        uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING or (
+            # errors after one the path ended at (a raising op) were hidden behind it
+            finding.predicts in RAISED_KINDS and all(f.span.line > finding.span.line for f in found
+                                                     if f.predicts and _key(text, f) in after - before))
         if set(fix.kinds) <= RECONNECTING:  # a graph reconnected, then cut again further on: not gone
             gone = gone and _lines(after_all)[target[:2]] <= _lines(before_all)[target[:2]]
         # the same statement raising the same error for the next of its operands (`SGD([{"params": a},

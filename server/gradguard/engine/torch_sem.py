@@ -28,8 +28,9 @@ from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
-    GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of, is_item_attr,
-    is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of, tensor_of,
+    GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of,
+    is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of,
+    tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -1531,8 +1532,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
                     "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "bfloat16",
                     "requires_grad_", "register_buffer", "register_parameter", "add_module", "register_module",
-                    "state_dict", "load_state_dict", "apply", "forward", "__call__", "extra_repr", "get_submodule", "buffers", "append", "extend",
-                    "insert", "register_forward_hook", "register_forward_pre_hook"):
+                    "state_dict", "load_state_dict", "apply", "forward", "__call__", "extra_repr", "get_submodule",
+                    "buffers", "append", "extend", "insert", "register_forward_hook", "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
         info = self.builtin_info(m)
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
