@@ -1008,8 +1008,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
-        if dotted == "functools.partial" and args and self.unknown_spread is not node \
-                and self.unknown_keywords is not node:
+        if dotted == "functools.partial" and args and all(isinstance(a, Ref) for a in args[0]) \
+                and self.unknown_spread is not node and self.unknown_keywords is not node:
+            # a library function with arguments bound (`partial(checkpoint, use_reentrant=True)`); one of the
+            # project stays an unknown call: followed from every call site, it multiplied the work (gradcheck)
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)
