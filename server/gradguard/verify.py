@@ -62,16 +62,17 @@ def verified(source: str, finding: Finding, findings: list[Finding] | None = Non
         except (SyntaxError, AnalysisTimeout):
             continue
         after, after_all = _keys(text, found), _keys(text, found, every=True)
+        new = after - before
         gone = after_all[target] <= before_all[target]  # `before` lacks this finding: as many as the others left
         uncovers = fix.applicability == "safe" or set(fix.kinds) <= RECONNECTING or (
             # errors after one the path ended at (a raising op) were hidden behind it
             finding.predicts in RAISED_KINDS and all(f.span.line > finding.span.line for f in found
-                                                     if f.predicts and _key(text, f) in after - before))
+                                                     if f.predicts and _key(text, f) in new))
         if set(fix.kinds) <= RECONNECTING:  # a graph reconnected, then cut again further on: not gone
             gone = gone and _lines(after_all)[target[:2]] <= _lines(before_all)[target[:2]]
         # the same statement raising the same error for the next of its operands (`SGD([{"params": a},
         # {"params": b}])` once `a` is fixed) was hidden behind this one, as torch stops at the first
-        added = Counter({k: n for k, n in (after - before).items() if k[:2] != target[:2]})
+        added = Counter({k: n for k, n in new.items() if k[:2] != target[:2]})
         if gone and (uncovers or not added):
             out.append(replace(fix, preferred=not out))
     return tuple(out)

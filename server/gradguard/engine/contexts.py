@@ -102,18 +102,29 @@ class UserContexts:
             out.grad = saved
         return out
 
+    def enter_grad_mode(self, ctx, mode, site, st) -> None:
+        """Enter the grad mode `mode` (True, False, None: not known, or "keep") that the context
+        manager `ctx` sets at `site` (a `with`, or a `mode.__enter__()` call): `inference_mode()`
+        is its own mode, which `enable_grad()` inside it does not leave and `inference_mode(False)`
+        does; the caller restores the mode and the sites on exit."""
+        if mode is False and all(isinstance(a, GradMode) and a.inference for a in ctx):
+            self.inference_sites.append(site)
+        elif mode is True and all(isinstance(a, GradMode) and a.leaves_inference for a in ctx):
+            self.inference_sites.append(None)  # out of inference mode, grad on
+        elif mode is not False and mode != "keep" and self.inference_site() is not None:
+            mode, site = False, self.inference_sites[-1]  # `enable_grad()` inside it records nothing either
+        if mode != "keep":
+            st.grad = mode
+            if mode is False:
+                self.no_grad_sites.append(site)
+
     def manual_grad_mode(self, mode: GradMode, name, st, node):
         """`mode.__enter__()`: the mode `with mode:` sets (see `stmt_With`); `mode.__exit__(...)`:
         the mode before the last such `__enter__`."""
         if name == "__enter__":
             self.entered_modes.append((st.grad, len(self.no_grad_sites), len(self.inference_sites)))
-            if mode.inference or mode.leaves_inference:
-                self.inference_sites.append(node if mode.inference else None)
-            if mode.mode is False or (mode.mode is True and self.inference_site() is not None):
-                st.grad = False
-                self.no_grad_sites.append(self.inference_sites[-1] if mode.mode is True else node)
-            elif mode.mode is True:
-                st.grad = True
+            ctx = frozenset({mode})
+            self.enter_grad_mode(ctx, self.grad_mode_of(ctx), node, st)
             return NONE
         if self.entered_modes:
             st.grad, sites, inference = self.entered_modes.pop()

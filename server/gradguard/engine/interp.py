@@ -631,17 +631,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             mode = self.grad_mode_of(ctx)
             if mode == "keep" and _may_switch_grad(item.context_expr):
                 mode = None  # a library's own `no_grad()`: gradient recording is not known inside
-            site = s
-            if mode is False and all(isinstance(a, GradMode) and a.inference for a in ctx):
-                self.inference_sites.append(s)
-            elif mode is True and all(isinstance(a, GradMode) and a.leaves_inference for a in ctx):
-                self.inference_sites.append(None)  # `inference_mode(False)`: out of it, grad on
-            elif mode is not False and mode != "keep" and self.inference_site() is not None:
-                mode, site = False, self.inference_sites[-1]  # `enable_grad()` inside it records nothing either
-            if mode != "keep":
-                st.grad = mode
-                if mode is False:
-                    self.no_grad_sites.append(site)
+            self.enter_grad_mode(ctx, mode, s, st)
             if item.optional_vars is not None:
                 self.assign(item.optional_vars, self.enter_value(ctx), st, s)
         self.frame.with_grads.append(saved_grad)

@@ -1458,11 +1458,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def library_layer(self, base):
         """The torch.nn class a project's class derives from directly, when the engine knows
         what it computes (`nn.Linear`, `nn.Sequential`; not `nn.Module`)."""
-        if not isinstance(base, Ref) or not base.dotted.startswith(("torch.nn.", "nn.")):
+        if not self.is_module_ref(base):
             return None
         name = base.dotted.rsplit(".", 1)[-1]
         info = K.module_info(name)
-        return name if info is not None and (info.op or info.container or info.has_params) else None
+        return name if info.op or info.container or info.has_params else None
 
     def library_base(self, cls_id, st, seen=None):
         """The torch.nn class (see `library_layer`) first found among a class's bases or theirs."""
