@@ -907,6 +907,32 @@ def functional_entries(composer):
     return out, builtin_aliases
 
 
+def python_keywords(entries):
+    """``torch.functional``'s Python spellings of ATen tensor params, by position:
+    ``torch.split(tensor=x, ...)`` calls ``split(Tensor self, ...)``.  Only names that differ,
+    for functions with an explicit signature and an ATen op of the same name."""
+    import torch.functional as tf
+    out = {}
+    for name in sorted(tf.__all__):
+        native = [e for e in entries.values() if e["name"] == name and e["overload"] in ("", "Tensor")]
+        try:
+            ps = inspect.signature(getattr(tf, name)).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        if not native:
+            continue
+        py = [p.name for p in ps if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        renames = {}
+        for p, a, k in zip(py, native[0]["params"], native[0]["kinds"]):
+            if k not in "TtL":  # past the tensors the Python signature may reorder (stft's center)
+                break
+            if p != a and not (p == "input" and a == "self"):
+                renames[p] = a
+        if renames:
+            out[name] = renames
+    return out
+
+
 def py_entries(composer):
     out = []
     for spec in PY_OPS:
@@ -999,7 +1025,8 @@ def generate():
     # was something else (a model output object), and the analysis must not go on as if it were.
     attributes = sorted(n for n in dir(torch.Tensor) if not n.startswith("_") or n.startswith("__"))
     return {"torch": torch.__version__.split("+")[0], "aliases": dict(sorted(aliases.items())),
-            "defaults": DEFAULTS, "tensor_attributes": attributes, "ops": [_compact(e) for e in ops]}
+            "defaults": DEFAULTS, "tensor_attributes": attributes, "python_keywords": python_keywords(entries),
+            "ops": [_compact(e) for e in ops]}
 
 
 def dumps(data) -> str:
@@ -1011,6 +1038,7 @@ def dumps(data) -> str:
         "aliases": data["aliases"],
         "defaults": data["defaults"],
         "tensor_attributes": data["tensor_attributes"],
+        "python_keywords": data["python_keywords"],
     }
     lines = ["{"]
     for k, v in head.items():

@@ -187,6 +187,10 @@ def test_positional_binding_helpers():
     assert where.positional_params(method=True)[:2] == ("condition", "other")
     assert K.resolve("mul", ["tensor", "tensor"], method=False).param_for_keyword("input") == "self"
     assert K.resolve("view", ["number", "number", "number"], method=True).key == "view"  # varargs int list
+    # torch.functional spells some tensor params its own way: `torch.split(tensor=x, ...)` binds ATen's self
+    assert K.aten_keywords("torch.split", {"tensor": 1, "dim": 2}) == {"self": 1, "dim": 2}
+    assert K.aten_keywords("torch.tensordot", {"a": 1, "b": 2, "dims": 3}) == {"self": 1, "other": 2, "dims": 3}
+    assert K.aten_keywords("torch.mul", {"input": 1}) == {"input": 1}
 
 
 def test_unknown_name_gets_the_conservative_default():

@@ -233,6 +233,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """A torch op call: `args` are the positional arguments, the receiver first when
         `method` (`x.mul(y)`, `x * y`), as written otherwise (`torch.mm(a, b)`)."""
         rest = args[1:] if method else args
+        if not method:
+            kwargs = K.aten_keywords(name, kwargs)
         info = K.resolve(name, [self.kind(a) for a in rest], tuple(kwargs), method=method)
         nodes = list(arg_nodes) if arg_nodes else [None] * len(args)
         nodes += [None] * (len(args) - len(nodes))
@@ -1146,13 +1148,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 self.inplace_inference(node, node.args[0] if node.args else None, args[0])
                 self.version_bump(node, t.objs, st)
             return args[0] if args else UNKNOWN
-        tensor_args = [a for a in args if tensor_of(a) is not None]
+        tensor_args = [a for a in [*args, *kwargs.values()] if tensor_of(a) is not None]  # `torch.mul(input=x, ...)`
         if not tensor_args and not any(self.is_tensor_list(a, st) for a in args):  # `torch.einsum(eq, [q, k])`
             return self.call_unknown(args, kwargs, st, node)
         arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
         if kwargs.get("inplace") == const(True):
             self.facts.inplace_flags[node] = (node, None)  # `F.relu(x, inplace=True)`
-            first = args[0] if tensor_of(args[0]) is not None else tensor_args[0]
+            first = args[0] if args and tensor_of(args[0]) is not None else tensor_args[0]
             return self.inplace(node, node.args[0] if node.args else None, first,
                                 [a for a in args if a is not first], st, last + "_")
         prefix = "F." if ".functional" in dotted or dotted.startswith("F.") else ""

@@ -229,7 +229,8 @@ def _load() -> Dict[str, Any]:
             info = _make_info(e)
             index.setdefault((e["ns"], e["name"]), []).append((e, info))
         data = {"index": index, "aliases": ops.get("aliases", {}), "torch": ops.get("torch", ""),
-                "api": api, "tensor_attributes": frozenset(ops.get("tensor_attributes", ()))}
+                "api": api, "tensor_attributes": frozenset(ops.get("tensor_attributes", ())),
+                "python_keywords": ops.get("python_keywords", {})}
         _DATA.update(data)
     return _DATA
 
@@ -327,6 +328,15 @@ def overloads(name: str) -> Tuple[OpInfo, ...]:
     """Every overload a name can mean (same lookup as resolve)."""
     ns, bare, _ = _split_name(name)
     return tuple(info for _, info in _candidates(ns, bare))
+
+
+def aten_keywords(name: str, kwargs: Mapping) -> Mapping:
+    """The keyword arguments of a call to the torch function `name` with the Python spelling of a
+    tensor param renamed to ATen's (``torch.split(tensor=x, ...)`` binds ``self``)."""
+    renames = _load()["python_keywords"].get(_split_name(name)[1])
+    if not renames:
+        return kwargs
+    return {renames.get(k, k): v for k, v in kwargs.items()}
 
 
 def is_tensor_attribute(name: str) -> bool:
