@@ -1598,6 +1598,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             flag = False if name == "eval" else self.truth_of(args[0] if args else kwargs.get("mode", const(True)))
             self.set_training(m, const(flag) if flag is not None else UNKNOWN, st, strong, node, {m.id})
             return frozenset({m})
+        if name == "load_state_dict":
+            self.load_state(m, args, kwargs, st, node)
+            return UNKNOWN
         if name in ("to", "float", "double", "half", "bfloat16"):
             self.convert_module(m, name, args, kwargs, st, strong)
             return frozenset({m})
@@ -1639,6 +1642,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 self.call_value(self.bind_class_member(override, x, st, node), [mode], {}, st, node)
             else:
                 self.set_training(x, mode, st, strong, node, seen)
+
+    def load_state(self, m: Obj, args, kwargs, st, node):
+        """`module.load_state_dict(sd)` copies into every parameter and buffer in place (under
+        no_grad): a graph that saved one of them before can no longer be backpropagated.  With
+        `strict` (the default) every one of them is surely written; `assign=True` replaces them."""
+        def flag(name, pos, default):
+            v = kwargs.get(name, args[pos] if len(args) > pos else None)
+            return default if v is None else self.truth_of(v)
+        if flag("assign", 2, False) is not False:
+            return
+        objs = frozenset(o for x in self.submodules(m, st) for o in (("params", x.id), ("buffers", x.id)))
+        objs |= frozenset(o for b in self.buffers(m, st) if (t := tensor_of(b)) is not None for o in t.objs)
+        self.version_bump(node, objs, st, objs if flag("strict", 1, True) is True else frozenset())
 
     def convert_module(self, m: Obj, name, args, kwargs, st, strong):
         """`model.to(torch.bfloat16)`, `model.half()`: each layer's parameters get the dtype.  A layer
