@@ -427,7 +427,7 @@ def _rebuilt(facts, b, loop, outside) -> list:
     in the loop trains the modules that made them."""
     function = _function_of(facts, loop)
     stmts = []
-    for region in sorted(outside, key=lambda r: position(r.node)):
+    for region in sorted(outside, key=lambda r: (position(r.node), r.order)):
         s = _statement_in(facts, region, function)
         if s is not None and s not in stmts and not any(s in ast.walk(t) for t in stmts):
             stmts.append(s)
@@ -665,7 +665,7 @@ def saved_operands(facts: Facts, b: Backward, weights: bool = False) -> list:
     before the backward).  Not parameters, unless `weights`: after a step a copy would make
     the backward compute gradients of weights the step already replaced."""
     out = {}  # by operand: regions of several iterations are one op
-    for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node)):
+    for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: (position(r.node), r.order)):
         out |= {id(o): (o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
                 if isinstance(o.ctx, ast.Load) and not _owner_of_attribute(facts, o)
                 and id(o) in facts.values and facts.values[id(o)].objs & r.stale

@@ -216,7 +216,8 @@ class Expressions:
             out = self.make_sequence(join(self.iter_elements(left, st), self.iter_elements(right, st)), st, node,
                                      nonempty=self.is_nonempty(left, st) or self.is_nonempty(right, st) or None,
                                      items=tuple(li) + tuple(ri) if li is not None and ri is not None else None)
-            self.contains(out, self.contained(left, st) | self.contained(right, st), st)
+            self.contains(out, self.contained(left, st) | self.contained(right, st), st,
+                          self.nonleaf_member(left, st, left_node) or self.nonleaf_member(right, st, right_node))
             return out
         if seqs and isinstance(op, ast.Mult):  # `[category] * batch`
             seq, n = (left, int_of(right)) if objs_of(left, "list") else (right, int_of(left))
@@ -419,6 +420,7 @@ class Expressions:
         st.set_attr(obj.id, "<items>", UNKNOWN)
         st.set_attr(obj.id, HELD, HELD_NOTHING)
         st.set_attr(obj.id, self.CONTAINS, UNKNOWN)
+        st.set_attr(obj.id, self.NONLEAF, EMPTY)
 
     def set_dict_item(self, obj: Obj, key, v, st):
         """`d[key] = v`.  Under a key not known, any item may be the one replaced: each known

@@ -14,7 +14,7 @@ import ast
 
 from gradguard import knowledge as K
 from gradguard.engine.shapes import surely_not_one
-from gradguard.engine.values import CARRIES, Const, Obj, Tensor, const, item_attr
+from gradguard.engine.values import CARRIES, EMPTY, Const, Obj, Tensor, const, item_attr
 from gradguard.facts import Raise
 
 
@@ -122,7 +122,9 @@ class RaiseChecks:
         items = self.exact_items(v, st)
         if items is None:
             t = self.each_element(v, st)
-            return (node, t) if unoptimizable(t) else None
+            member = sure_tensor(self.nonleaf_member(v, st))
+            return (node, t) if unoptimizable(t) else \
+                (self.member_nodes.get(member, node), member) if member is not None else None
         nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else \
             [None] * len(items)
         for item, item_node in zip(items, nodes):
@@ -213,14 +215,34 @@ class RaiseChecks:
 
     # ----------------------------------------------------------------- what a list surely holds
     CONTAINS = "<contains>"
+    NONLEAF = "<nonleaf>"
 
-    def contains(self, v, storages: frozenset, st) -> None:
+    def contains(self, v, storages: frozenset, st, nonleaf: frozenset = EMPTY) -> None:
         """Record on the list `v` the storages of tensors requiring grad it surely holds
         (`list(head.parameters()) + [scale]`: head's weights and `scale`), which its exact
-        items may not show one by one."""
+        items may not show one by one; and `nonleaf`, a tensor it surely holds that is not a
+        leaf (`scale` made by `.to(torch.float64)`), which no optimizer takes."""
         for a in v:
             if isinstance(a, Obj) and a.kind == "list":  # set even when empty: a join with it keeps nothing
                 st.set_attr(a.id, self.CONTAINS, const(storages))
+                st.set_attr(a.id, self.NONLEAF, nonleaf)
+
+    def nonleaf_member(self, v, st, node=None) -> frozenset:
+        """A tensor surely among the elements of `v` (written `node`) that is surely not a leaf, as
+        a value, or EMPTY; `member_nodes` keeps the expression that put it there."""
+        if len(v) != 1:
+            return EMPTY
+        items = self.exact_items(v, st) or ()
+        nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else ()
+        for i, item in enumerate(items):
+            t = sure_tensor(item)
+            if unoptimizable(t):
+                if nodes:
+                    self.member_nodes.setdefault(t, nodes[i])
+                return item
+        (a,) = tuple(v)
+        known = st.get_attr(a.id, self.NONLEAF) if isinstance(a, Obj) and a.kind == "list" else None
+        return known if known is not None and unoptimizable(sure_tensor(known)) else EMPTY
 
     def contained(self, v, st) -> frozenset:
         """The storages of tensors requiring grad surely among the elements of `v`."""

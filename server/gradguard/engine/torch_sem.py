@@ -917,6 +917,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if obj.kind == "list":
                 st.set_attr(obj.id, HELD, HELD_NOTHING)
                 st.set_attr(obj.id, self.CONTAINS, UNKNOWN)
+                st.set_attr(obj.id, self.NONLEAF, EMPTY)
             return
         attrs = {"<elems>": EMPTY}
         if obj.kind == "dict":
@@ -1273,7 +1274,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out = self.make_sequence(self.iter_elements(src, st), st, node,
                                      nonempty=self.is_nonempty(src, st) or None,
                                      items=items if name in ("list", "tuple", "iter") else None)
-            self.contains(out, self.contained(src, st), st)
+            # what filter keeps depends on its predicate: no element surely stays
+            self.contains(out, self.contained(src, st), st, self.nonleaf_member(src, st) if name != "filter" else EMPTY)
             return out
         if name == "map" and len(args) >= 2:
             elems = self.iter_elements(args[1], st)

@@ -128,7 +128,7 @@ for step in range(3):
         for b in facts.backwards.values():
             if not b.freed_hit:
                 continue
-            first = min((facts.regions[r] for r in b.freed_hit), key=lambda r: position(r.node))
+            first = min((facts.regions[r] for r in b.freed_hit), key=lambda r: (position(r.node), r.order))
             freeing = sorted({n for r in b.freed_hit for n in facts.freed_by.get(r, ())},
                              key=position)
             others = [n for n in freeing if n is not b.node]

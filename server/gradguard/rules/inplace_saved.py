@@ -99,7 +99,7 @@ opt_d.step()
         for b in facts.backwards.values():
             if not b.dirty_hit or b.freed_hit:
                 continue
-            regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: position(r.node))
+            regions = sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: (position(r.node), r.order))
             first = regions[0]
             # (a call may be its own changer: a Sequential whose in-place layer overwrites what the one before saved)
             changers = sorted({n for r in b.dirty_hit for n in facts.dirtied_by.get(r, ())},
