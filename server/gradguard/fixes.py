@@ -1246,7 +1246,7 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     is given that very name: elsewhere the model would read another tensor than the one
     optimized."""
     if r.target is None:
-        return _convert_before_wrapping(facts)
+        return _convert_before_wrapping(facts) or _origin_leaf(facts, r)
     if _chains_elements(r.target):
         return _chain_iterables(facts, r.target)
     name = facts.text(r.target, 200)
@@ -1260,7 +1260,18 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     return ranked([Fix(f"Make `{facts.text(r.target)}` a leaf where it is computed" + (
         f" (on {facts.line(stmt)})" if len(stmts) > 1 else ""), (edit(facts, "new_leaf", stmt.value),))
         for stmt in stmts if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-        and facts.text(stmt.targets[0], 200) in (name, f"self.{getattr(r.target, 'attr', '')}")])
+        and facts.text(stmt.targets[0], 200) in (name, f"self.{getattr(r.target, 'attr', '')}")]) \
+        or _origin_leaf(facts, r)
+
+
+def _origin_leaf(facts: Facts, r) -> tuple[Fix, ...]:
+    """The expression that computed the tensor made a leaf there (`cls(torch.randn(n,
+    requires_grad=True) * s)`, a product no name is bound to): every reader, the optimizer and
+    the model, then holds that one leaf.  Kept only if the analysis confirms it."""
+    origin = r.origin[0] if r.origin else None
+    if not isinstance(origin, ast.expr) or isinstance(origin, (ast.Name, ast.Attribute)):
+        return ()
+    return (Fix(f"Make `{facts.text(origin)}` a leaf where it is computed", (edit(facts, "new_leaf", origin),)),)
 
 
 _CONVERSIONS = frozenset({"to", "cuda", "cpu", "type", *K.DTYPE_METHODS})  # a copy with a grad_fn, maybe

@@ -337,10 +337,14 @@ class Expressions:
             return None
         inner = st.copy()
         vals = []
-        for i in range(count):
-            elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
-            self.assign(gen.target, elem, inner, node, local=True)
-            vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
+        self.unrolling += 1
+        try:
+            for i in range(count):
+                elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
+                self.assign(gen.target, elem, inner, node, local=True)
+                vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
+        finally:
+            self.unrolling -= 1
         self.leave_comprehension(node, st, inner)
         return tuple(vals)
 
@@ -616,6 +620,10 @@ class Expressions:
                     value = self.call_function(a, [frozenset({obj})], {}, st, node)
                     st.set_attr(obj.id, a.node.name, value)
                     out = join(out, value)
+                elif a.kind == "classmethod":  # bound to the class, read off the class or an instance
+                    cls = obj if obj.kind == "class" else Obj(self.obj_class[obj.id], "class") \
+                        if obj.id in self.obj_class else None
+                    out = join(out, frozenset({replace(a, owner=None, bound=frozenset({cls}))}) if cls else UNKNOWN)
                 elif a.kind == "staticmethod" or obj.kind == "class":
                     out = join(out, frozenset({a}))
                 else:

@@ -204,6 +204,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.graph_inplaces = 0  # in-place ops on tensors in a graph so far (see `loop`)
         self.inplace_flags: dict = {}  # module object id -> (constructor call, position of its inplace flag)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
+        self.unrolling = 0  # loops and comprehensions being run item by item (see `container_id`)
         self.member_nodes: dict = {}  # non-leaf tensor -> the list element that put it in a list (see raises.py)
 
     # ----------------------------------------------------------------- driver
@@ -786,6 +787,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         items = self.exact_items(it, st)
         if items is not None and len(items) <= 16 and not _has_jumps(s.body):
             self.frame.loops.append(s)  # still a loop for what is made in it (a fix's "in every iteration")
+            self.unrolling += 1
             try:
                 for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
                     st = st.copy()
@@ -794,6 +796,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                     if st is None:
                         return None
             finally:
+                self.unrolling -= 1
                 self.frame.loops.pop()
             return self.exec_block(s.orelse, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)

@@ -164,9 +164,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """The id of a list or dict made at `node` (in `ctx`, if not the running frame's): the
         site's, unless one made there escaped (`State.escape`); then numbered as regions are,
         so that the list one call of a function made and the model kept (`self.state =
-        new_state`) is not the one the next call makes."""
+        new_state`) is not the one the next call makes; numbered too in a loop or comprehension
+        run item by item (`for p in [w, v]: groups.append({"params": [p]})`: two dicts)."""
         site = (kind, self.frame.ctx if ctx is None else ctx, id(node), kind)
-        if site not in self.escaped:
+        if site not in self.escaped and not self.unrolling:
             return site
         if self.widening:
             return site + (SUMMARY,)
@@ -1153,6 +1154,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if not tensor_args and not any(self.is_tensor_list(a, st) for a in args):  # `torch.einsum(eq, [q, k])`
             return self.call_unknown(args, kwargs, st, node)
         arg_nodes = list(node.args) if isinstance(node, ast.Call) else None
+        if last in K.DROPOUTS.functions and (".functional" in dotted or dotted.startswith("F.")) \
+                and (args or "input" in kwargs) and self.dropout_is_identity(last, args, kwargs):
+            return args[0] if args else kwargs["input"]  # `F.dropout(x, training=False)` is x itself
         if kwargs.get("inplace") == const(True):
             self.facts.inplace_flags[node] = (node, None)  # `F.relu(x, inplace=True)`
             first = args[0] if args and tensor_of(args[0]) is not None else tensor_args[0]
@@ -1161,6 +1165,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         prefix = "F." if ".functional" in dotted or dotted.startswith("F.") else ""
         return self.apply_op(prefix + last, node, args, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
                              method=False, arg_nodes=arg_nodes)
+
+    def dropout_is_identity(self, name, args, kwargs) -> bool:
+        """Whether the dropout function `name` surely returns its input: not training, or p 0."""
+        p_pos, training_pos, training_default = K.DROPOUTS.functions[name]
+        training = args[training_pos] if len(args) > training_pos else kwargs.get("training")
+        p = args[p_pos] if len(args) > p_pos else kwargs.get("p")
+        off = (self.truth_of(training) if training is not None else training_default) is False
+        return off or (p is not None and literal_of(p, int, float) == 0)
 
     def is_tensor_list(self, v, st) -> bool:
         """Whether `v` is a list or tuple of tensors (the operands of `cat` or `einsum`)."""
@@ -1789,6 +1801,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         kind = self.module_kind.get(m.id, "opaque")
         info = self.builtin_info(m)
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
+        if info is not None and info.name in K.DROPOUTS.modules and st.get_attr(m.id, "training") == const(False):
+            return x  # in eval mode a dropout layer returns its input itself
         if info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
             if layers is None:

@@ -51,6 +51,8 @@ torchgen data; never edit by hand)
         another dtype copies, with a grad_fn.
     ``AUTOGRAD_GRAD_UNUSED_KEYWORDS``
         the keywords under which ``torch.autograd.grad`` accepts an input its outputs do not use.
+    ``DROPOUTS`` (a :class:`Dropouts`)
+        dropout returns its input itself when not training (or with p 0).
     ``CHECKPOINT`` (a :class:`Checkpoint`)
         activation checkpointing: a reentrant checkpoint's outputs require grad only if one of its
         tensor arguments does.
@@ -100,7 +102,7 @@ __all__ = [
     "PYTHON_NUMBERS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
-    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT",
+    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -525,6 +527,14 @@ class NumpyArrays:
 
 
 @dataclass(frozen=True)
+class Dropouts:
+    """Dropout functions and modules: the identity when not training or with p 0."""
+
+    functions: Mapping  # name -> (position of p, position of training, training's default)
+    modules: frozenset  # nn classes calling them with `self.training`
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """`torch.utils.checkpoint.checkpoint`: which calls, and the keywords that are its own."""
 
@@ -650,6 +660,9 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["index_shape"])
     if name == "MATMUL_SHAPE_OPS":
         return frozenset(api["shapes"]["matmul_shape"])
+    if name == "DROPOUTS":
+        d = api["dropouts"]
+        return Dropouts(FrozenMap((k, tuple(v)) for k, v in d["functions"].items()), frozenset(d["modules"]))
     if name == "CHECKPOINT":
         c = api["checkpoint"]
         return Checkpoint(frozenset(c["functions"]), c["reentrant_keyword"], c["reentrant_default"],
