@@ -125,6 +125,8 @@ class Expressions:
     def expr_List(self, node, st):
         items = [self.eval(e, st) for e in node.elts]
         exact = None if any(isinstance(e, ast.Starred) for e in node.elts) else tuple(items)
+        if exact:
+            self.nonleaf_member(frozenset({Tup(exact)}), st, node)  # which element put a non-leaf in it
         return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=exact)
 
     expr_Set = expr_List
@@ -138,16 +140,42 @@ class Expressions:
         return self.new_dict(node, keys, vals, st)
 
     def new_dict(self, node, keys, vals, st, ctx=None):
-        """A new dict of these keys and values; its items and keys are known where the keys are.
-        `ctx`: the context it is made in, if not the running frame's (a callee's `**kwargs`)."""
+        """A new dict of these keys and values, in order, a later one replacing an earlier one;
+        an EMPTY key is a `**other` entry: other's items (`{**base, "lr": 0.1}`, `dict(base)`,
+        `base.copy()`).  Its items and keys are known where the keys are.  `ctx`: the context
+        it is made in, if not the running frame's (a callee's `**kwargs`)."""
         obj = Obj(self.container_id("dict", node, ctx), "dict")
-        attrs = st.heap[obj.id] = {"<elems>": join_all(vals), "<keys>": join_all(keys)}  # new: written in place
-        known = [item_key(k) for k in keys]  # a `**other` entry has no key: EMPTY
-        for key, v in zip(known, vals):
-            if key is not None:
-                attrs[item_attr(key)] = v
-        if None not in known:
-            attrs["<keyset>"] = const(frozenset(known))
+        attrs = st.heap[obj.id] = {"<elems>": EMPTY, "<keys>": EMPTY}  # new: written in place
+        keyset: frozenset | None = frozenset()
+
+        def maybe(v):  # an entry whose key is not known may replace any item
+            for name in [n for n in attrs if is_item_attr(n)]:
+                attrs[name] = join(attrs[name], v)
+
+        for k, v in zip(keys, vals):
+            src = next(iter(v)) if not k and len(v) == 1 else None
+            if k:
+                key = item_key(k)
+                items, names, src_keys = {item_attr(key): v} if key is not None else None, k, \
+                    frozenset({key}) if key is not None else None
+                elems = v
+            elif isinstance(src, Obj) and src.kind == "dict":
+                src_keys = self.keyset(src, st)
+                names, elems = st.get_attr(src.id, "<keys>") or UNKNOWN, st.get_attr(src.id, "<elems>") or UNKNOWN
+                items = {n: st.get_attr(src.id, n) for n in st.heap.get(src.id) or () if is_item_attr(n)}
+                if src_keys is not None:
+                    items = {item_attr(key): items.get(item_attr(key)) or elems for key in src_keys}
+            else:
+                items, names, elems, src_keys = None, UNKNOWN, UNKNOWN, None
+            attrs["<elems>"], attrs["<keys>"] = join(attrs["<elems>"], elems), join(attrs["<keys>"], names)
+            if src_keys is None:  # the other items may be replaced too; the keys are no longer known
+                maybe(elems)
+                keyset = None
+            for name, item in (items or {}).items():
+                attrs[name] = item if src_keys is not None or name not in attrs else join(attrs[name], item)
+            keyset = keyset | src_keys if keyset is not None and src_keys is not None else None
+        if keyset is not None:
+            attrs["<keyset>"] = const(keyset)
         return frozenset({obj})
 
     def expr_JoinedStr(self, node, st):

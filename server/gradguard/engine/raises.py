@@ -130,7 +130,7 @@ class RaiseChecks:
         for item, item_node in zip(items, nodes):
             t = sure_tensor(item)
             if unoptimizable(t):
-                return item_node if item_node is not None else node, t
+                return item_node if item_node is not None else self.member_nodes.get(t, node), t
             found = self.nonleaf_param(item, item_node, st, depth + 1)
             if found is not None:
                 return found

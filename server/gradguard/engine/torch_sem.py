@@ -877,6 +877,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """List and dict methods.  On the one list a name surely holds (`strong`), `append`,
         `insert` and `extend` keep its exact items: `layers = [nn.Linear(4, 8)]`, then
         `layers.append(nn.ReLU())` is two known layers, not one that is both."""
+        if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
+            return self.dict_lookup(obj, name, args, st, strong)
+        if obj.kind == "dict" and name == "copy":
+            return self.new_dict(node, [EMPTY], [frozenset({obj})], st)
         if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "update", "clear", "__setitem__"):
             st.set_attr(obj.id, "<keyset>", UNKNOWN)
         if name in ("append", "add", "insert", "appendleft", "extend"):
@@ -885,8 +889,6 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__setitem__" and len(args) == 2:  # `d.__setitem__(k, v)`, a lambda's way to write `d[k] = v`
             self.set_item(frozenset({obj}), args[0], args[1], st, node, node)
             return NONE
-        if obj.kind == "dict" and name in ("get", "pop", "setdefault") and args:
-            return self.dict_lookup(obj, name, args, st)
         if name in ("pop", "popleft", "remove") and obj.kind == "list":
             self.forget_items(obj, st)  # one item fewer
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
@@ -929,19 +931,28 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             attrs.update({"<items>": frozenset({Tup(())}), HELD: HELD_NOTHING})
         st.heap[obj.id] = attrs
 
-    def dict_lookup(self, obj, name, args, st):
+    def dict_lookup(self, obj, name, args, st, strong):
         """`d.get(k)`, `d.pop(k, None)`, `d.setdefault(k, v)`: the item under a key the dict
         surely has; the default (None unless given) under one it surely lacks; otherwise either,
-        so that `cache.get(k) is not None` is not taken to hold.  (`pop` and `setdefault` have
-        made the key set unknown before this.)"""
+        so that `cache.get(k) is not None` is not taken to hold.  `setdefault` stores the default
+        under a key it lacks, `pop` removes the key (on the one dict a name surely holds, `strong`;
+        on one of several, the keys are no longer known)."""
         default = args[1] if len(args) > 1 else (EMPTY if name == "pop" else NONE)  # `pop(k)` raises instead
         elems = st.get_attr(obj.id, "<elems>") or UNKNOWN
         key, keys = item_key(args[0]), self.keyset(obj, st)
-        if key is None or keys is None:
-            return join(elems, default)
-        if key not in keys:
-            return default
-        return st.get_attr(obj.id, item_attr(key)) or elems
+        has = None if key is None or keys is None else key in keys
+        out = default if has is False else st.get_attr(obj.id, item_attr(key)) or elems if has else join(elems, default)
+        if name == "setdefault" and has is not True:
+            st.set_attr(obj.id, "<elems>", join(elems, default))
+            if key is None:
+                for n in [n for n in st.heap.get(obj.id) or () if is_item_attr(n)]:
+                    st.set_attr(obj.id, n, default, strong=False)
+            else:
+                st.set_attr(obj.id, item_attr(key), out, strong=strong)
+        if name in ("setdefault", "pop") and keys is not None:
+            new = keys | {key} if name == "setdefault" else keys - {key}
+            st.set_attr(obj.id, "<keyset>", const(new) if strong and key is not None else UNKNOWN)
+        return out
 
     def grow(self, obj, name, args, st, strong, elems_attr):
         """`append`, `insert`, `extend` (and `add_module`) on a list or a module container: the
@@ -1329,14 +1340,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const({"bool": bool, "int": int}[name](literal_of(a0, int, float, bool)))  # `bool(args.flag)`
         if name == "print":
             return NONE
-        if name == "dict":
-            obj = Obj(self.container_id("dict", node), "dict")
-            st.heap[obj.id] = {"<elems>": join_all(kwargs.values()) or UNKNOWN, "<keys>": UNKNOWN}
-            for k, v in kwargs.items():
-                st.set_attr(obj.id, item_attr(k), v)
-            if not args:
-                st.set_attr(obj.id, "<keyset>", const(frozenset(kwargs)))
-            return frozenset({obj})
+        if name == "dict":  # `dict(base, lr=0.1)`: base's items, then the keywords; pairs are not followed
+            first = [(EMPTY, args[0] if objs_of(args[0], "dict") and len(args[0]) == 1 else UNKNOWN)] if args else []
+            return self.new_dict(node, [k for k, _ in first] + [const(k) for k in kwargs],
+                                 [v for _, v in first] + list(kwargs.values()), st)
         return UNKNOWN
 
     def may_thaw(self, modules, st) -> None:
