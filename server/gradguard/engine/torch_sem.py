@@ -351,7 +351,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         args = [(n, tensor_of(v).regions) for n, v in arg_nodes if n is not None and tensor_of(v) is not None]
         leaves = [o for v in inputs if len(v) == 1 and (t := tensor_of(v)) is not None and t.leaf is True
                   and t.rg is True for o in t.objs]
-        deps = reached(inputs)
+        # a list argument reaches what its items do: not the storage of an item without grad (`cat([x] + feats)`)
+        whole = {id(bound[p]) for p in parts or {} if p in bound}
+        deps = reached([v for v in inputs if id(v) not in whole] + [x for p in parts or {} for x in parts[p]])
         self.region(rid, node, saved_names, saved_objs, saves, args, modules, certain=rg is True,
                     sure_saves=sure_saves, saved_sure=saved_sure, leaves=leaves, reaches=deps)
         return frozenset({Tensor(frozenset(regions) | {rid}, frozenset(freed), frozenset(dirty), rg, False, objs,
@@ -1109,15 +1111,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Tensor(rg=flag, leaf=True, objs=frozenset({("param",) + self.region_id(node)}),
                                      deps=frozenset(), shape=data.shape if data else None,
                                      dtype=data.dtype if data else None)})
-        if last == "Variable":
+        if last == "Variable":  # `Variable(t, requires_grad=flag)` is `t.detach()` with the flag: a new leaf
             v = args[0] if args else UNKNOWN
             t = tensor_of(v)
-            if t is not None and "requires_grad" in kwargs:
-                flag = self.truth_of(kwargs["requires_grad"])
-                if flag:
-                    return frozenset({replace(t, rg=True, leaf=True, regions=frozenset(), freed=frozenset(),
-                                              dirty=frozenset(), deps=frozenset(), ident=None)})
-            return v
+            if t is None:
+                return v
+            flag = self.truth_of(kwargs.get("requires_grad", args[1] if len(args) > 1 else const(False)))
+            return frozenset({Tensor(rg=flag, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st) if not flag
+                                     else frozenset(), inference=t.inference, deps=frozenset(), shape=t.shape,
+                                     dtype=t.dtype)})
         if dotted.startswith(K.DISTRIBUTIONS.package + ".") and last[:1].isupper():
             return self.make_distribution(args, kwargs, st, node)
         info = K.module_info(last) if ".nn" in dotted or dotted.startswith("nn.") else None
