@@ -782,6 +782,40 @@ def test_matmul_shapes_match_torch():
         assert matmul(a, b) == tuple(getattr(torch, name)(torch.zeros(a), torch.zeros(b)).shape), name
 
 
+def test_shape_methods_and_ranges_match_torch():
+    """The shapes the engine gives `squeeze(dim)`, `transpose`, `permute`, `outer`, `multinomial`,
+    `scaled_dot_product_attention`, the pieces of `split` and `chunk`, `arange` and `linspace` are torch's."""
+    torch = _torch()
+    from gradguard.engine.shapes import Shapes
+    from gradguard.engine.values import Tensor, Tup, const
+    x = torch.zeros(4, 1, 6)
+    cases = [("squeeze", (-1,)), ("squeeze", (1,)), ("squeeze", (-2,)), ("transpose", (0, 2)), ("swapaxes", (-1, 0)),
+             ("permute", (2, 0, 1)), ("permute", ((1, 2, 0),))]
+    for name, args in cases:
+        vals = [frozenset({Tup(tuple(const(i) for i in a))}) if isinstance(a, tuple) else const(a) for a in args]
+        got = Shapes.method_shape(None, name, Tensor(shape=(4, 1, 6)), vals, {})
+        assert got == tuple(getattr(x, name)(*args).shape), (name, args)
+    F = torch.nn.functional
+    for fn, name, shapes, extra in [(torch.outer, "outer", [(3,), (5,)], {}),
+                                    (torch.multinomial, "multinomial", [(4, 9)], {"num_samples": 2}),
+                                    (F.scaled_dot_product_attention, "scaled_dot_product_attention",
+                                     [(2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 6)], {})]:
+        info = K.resolve(name, ["tensor"] * len(shapes), tuple(extra), method=False)
+        tensors = [p for p in info.params if p in info.tensor_params][:len(shapes)]
+        bound = {p: frozenset({Tensor(shape=s)}) for p, s in zip(tensors, shapes)}
+        bound.update((k, const(v)) for k, v in extra.items())
+        assert Shapes.op_shape(None, info, bound, None) == tuple(fn(*map(torch.rand, shapes), **extra).shape), name
+    from gradguard.engine.shapes import pieces
+    for name, size, dim in [("split", 8, -1), ("split", 5, 2), ("split", (2, 4, 10), -1), ("chunk", 3, -1),
+                            ("chunk", 4, 0), ("chunk", 5, 1)]:
+        given = frozenset({Tup(tuple(map(const, size)))}) if isinstance(size, tuple) else const(size)
+        got = pieces((4, 6, 16), name, {"split_size" if name == "split" else "chunks": given, "dim": const(dim)})
+        assert got == [tuple(p.shape) for p in getattr(torch.zeros(4, 6, 16), name)(size, dim)], (name, size, dim)
+    for last, args in [("arange", (10,)), ("arange", (2, 10, 3)), ("arange", (5, 1, -2)), ("linspace", (0, 1, 7))]:
+        got = Shapes.factory_shape(None, last, [const(a) for a in args], {}, None)
+        assert got == tuple(getattr(torch, last)(*args).shape), (last, args)
+
+
 def test_factory_dtypes_match_torch():
     """The dtype the engine states for a factory called without `dtype` is the one torch gives."""
     torch = _torch()

@@ -17,7 +17,7 @@ from math import prod
 from typing import Optional
 
 from gradguard import knowledge as K
-from gradguard.engine.values import Const, Num, Obj, Span, Tensor, Tup, int_of, literal_of, tensor_of
+from gradguard.engine.values import EMPTY, Const, Num, Obj, Span, Tensor, Tup, const, int_of, literal_of, tensor_of
 
 Shape = Optional[tuple]
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -84,6 +84,36 @@ def _dims(v, rank: int) -> tuple | None:
     if dims is None or None in dims or any(not -rank <= d < rank for d in dims) or not rank:
         return None
     return tuple(sorted({d % rank for d in dims}))
+
+
+def _in_order(values: list, rank: int) -> list | None:
+    """Literal dims, in the order written, as non-negative dims of a tensor of `rank`."""
+    dims = [int_of(v) for v in values]
+    if None in dims or any(not -rank <= d < rank for d in dims):
+        return None
+    return [d % rank for d in dims]
+
+
+def pieces(shape: Shape, name: str, bound: dict) -> list | None:
+    """The shapes of the tensors `split` and `chunk` return (`x.split(8, dim=-1)`), when the
+    sizes are known and they are few."""
+    sizes, dim = bound.get("chunks" if name == "chunk" else "split_size"), int_of(bound.get("dim", const(0)))
+    if shape is None or sizes is None or dim is None or not -len(shape) <= dim < len(shape):
+        return None
+    dim %= len(shape)
+    total, one = shape[dim], int_of(sizes)
+    items = next(iter(sizes)).items if len(sizes) == 1 and isinstance(next(iter(sizes)), Tup) else None
+    if total is None or (one is None and items is None) or (one is not None and one <= 0):
+        return None
+    if one is not None:
+        step = -(-total // one) if name == "chunk" else one  # chunk: ceil(size / chunks) each
+        lengths = [min(step, total - i) for i in range(0, total, step)] if step else None
+    else:
+        lengths = [int_of(i) for i in items]
+        lengths = None if None in lengths or sum(lengths) != total else lengths
+    if not lengths or len(lengths) > 16:
+        return None
+    return [shape[:dim] + (n,) + shape[dim + 1:] for n in lengths]
 
 
 def reduced(shape: Shape, dim, keepdim) -> Shape:
@@ -331,6 +361,13 @@ class Shapes:
                 isinstance(next(iter(given)), Tup) else None
         if rule == "like":
             return of(args[0]) if args else None
+        if rule == "range":  # `torch.arange(n)`, `arange(start, end, step)` of ints
+            bounds = [int_of(a) for a in args[:3]]
+            return (len(range(*bounds)),) if args and not kwargs.keys() - {"dtype", "device", "requires_grad"} \
+                and None not in bounds and bounds[-1] != 0 else None
+        if rule == "steps":  # `torch.linspace(start, end, steps)`
+            steps = int_of(kwargs["steps"] if "steps" in kwargs else args[2] if len(args) > 2 else EMPTY)
+            return (steps,) if steps is not None and steps >= 0 else None
         if rule == "data":
             return nested(args[0], lambda x: self.exact_items(x, st)) if args else None
         return None
@@ -351,6 +388,15 @@ class Shapes:
             return self.method_shape("flatten", tensor_of(bound["self"]) or Tensor(),
                                      [bound["start_dim"]] if "start_dim" in bound else [], {}) \
                 if "end_dim" not in bound else None
+        if name in ("outer", "ger") and "self" in bound and "vec2" in bound:
+            a, b = of(bound["self"]), of(bound["vec2"])
+            return a + b if a is not None and b is not None and len(a) == len(b) == 1 else None
+        if name == "multinomial" and "self" in bound:  # `num_samples` indices per row of probabilities
+            p, n = of(bound["self"]), int_of(bound.get("num_samples", EMPTY))
+            return p[:-1] + (n,) if p and n is not None else None
+        if name == "scaled_dot_product_attention" and "query" in bound and "value" in bound:
+            q, v = of(bound["query"]), of(bound["value"])  # (..., L, E) and (..., S, Ev): (..., L, Ev)
+            return q[:-1] + v[-1:] if q and v and len(q) == len(v) else None
         if name in K.MATMUL_SHAPE_OPS:
             tensors = [p for p in info.params if p in info.tensor_params]
             return matmul(*(of(bound.get(p, frozenset())) for p in tensors)) if len(tensors) == 2 else None
@@ -399,6 +445,22 @@ class Shapes:
             return shape[:d] + (1,) + shape[d:]
         if name == "squeeze" and not args and not kwargs and None not in shape:
             return tuple(n for n in shape if n != 1)
+        if name == "squeeze" and len(args) == 1 and not kwargs:  # `x.squeeze(-1)`: that dim goes if it is 1
+            d = _dims(args[0], len(shape))
+            if d is None or any(shape[i] is None for i in d):
+                return None
+            return tuple(n for i, n in enumerate(shape) if not (i in d and n == 1))
+        if name in ("transpose", "swapaxes", "swapdims") and len(args) == 2 and not kwargs:
+            d = _in_order(args, len(shape))
+            if d is None:
+                return None
+            out = list(shape)
+            out[d[0]], out[d[1]] = shape[d[1]], shape[d[0]]
+            return tuple(out)
+        if name == "permute" and args and not kwargs:  # `x.permute(0, 2, 1)` or `x.permute((0, 2, 1))`
+            one = next(iter(args[0])) if len(args) == 1 and len(args[0]) == 1 else None
+            d = _in_order(list(one.items) if isinstance(one, Tup) else args, len(shape))
+            return tuple(shape[i] for i in d) if d is not None and sorted(d) == list(range(len(shape))) else None
         if name == "t" and len(shape) <= 2:
             return tuple(reversed(shape))
         return None
@@ -455,6 +517,9 @@ class Shapes:
         if cls_name == "Linear":
             out = kwargs.get("out_features", args[1] if len(args) > 1 else None)
             return {"<out_features>": out} if out is not None else {}
+        if cls_name == "Embedding":  # a row of `embedding_dim` per index
+            dim = kwargs.get("embedding_dim", args[1] if len(args) > 1 else None)
+            return {"<embedding_dim>": dim} if dim is not None else {}
         sizes = {"<geometry>": frozenset({Const(g)})} if (g := geometry(cls_name, args, kwargs)) else {}
         if cls_name in K.LAYER_SHAPES.get("channels", ()):
             out = kwargs.get("out_channels", args[1] if len(args) > 1 else None)
@@ -474,6 +539,9 @@ class Shapes:
         if kind == "Linear":
             return self.linear_shape(m, args[0], st)
         x = of(args[0])
+        if kind == "Embedding":
+            dim = int_of(st.get_attr(m.id, "<embedding_dim>") or frozenset())
+            return x + (dim,) if x is not None and dim is not None else None
         channels = kind in K.LAYER_SHAPES.get("channels", ())
         if x and (channels or kind in K.LAYER_SHAPES.get("keep_batch_and_channels", ())):
             geo = literal_of(st.get_attr(m.id, "<geometry>") or frozenset(), tuple) if not extra else None

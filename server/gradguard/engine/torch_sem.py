@@ -23,7 +23,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel
+from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
 from gradguard.engine.values import (
@@ -278,6 +278,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         out = self.with_dtype(self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view,
                                                              base=self_val, sub=sub, arg_nodes=arg_list, parts=parts),
                                               shape), self.op_dtype(info, bound))
+        split = pieces(shape_of(self_val), info.name.split(".")[-1], bound) if info.name in ("split", "chunk") else None
+        if split is not None and tensor_of(out) is not None:  # `q, k, v = x.split(d, -1)`: each piece's shape
+            return frozenset({Tup(tuple(frozenset({replace(tensor_of(out), shape=s)}) for s in split))})
         if len(info.returns) > 1 and set(info.returns) == {"T"}:  # `values, indices = x.max(1)`
             return frozenset({Tup(tuple(out if i in info.differentiable_outputs else self.with_shape(
                 self.fresh_tensor(node, st, rg=False, sub=(sub, i), inputs=inputs), shape)
@@ -1057,7 +1060,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def namespace(self, args, kwargs, st, node):
         """`argparse.Namespace(lr=0.1, freeze=False)`: a config object whose attributes are
         its keywords (a flag it holds decides a branch: `if args.freeze:`)."""
-        if args or any(k.arg is None for k in getattr(node, "keywords", ())):  # `**config`: not known
+        if args or self.unknown_keywords is node:  # `**config` not known item by item
             return self.call_unknown(args, kwargs, st, node)
         obj = Obj(("obj",) + self.region_id(node, "obj"), "instance")
         self.sure_events += 1
