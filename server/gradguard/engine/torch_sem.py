@@ -75,6 +75,21 @@ def reached(inputs) -> frozenset | None:
     return frozenset(out)
 
 
+def _saved_arguments(cls: ast.ClassDef) -> list:
+    """The positions, among `apply`'s arguments, of those a custom Function's `forward` passes
+    to `ctx.save_for_backward` as they came (a parameter it never rebinds)."""
+    forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if forward is None:
+        return []
+    params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]  # after ctx
+    rebound = {t.id for n in ast.walk(forward) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(t)
+               if isinstance(t, ast.Name)}
+    saved = [a.id for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "save_for_backward" for a in n.args if isinstance(a, ast.Name)]
+    return [params.index(name) for name in saved if name in params and name not in rebound]
+
+
 def _requires_grad(v: frozenset) -> object:
     """Whether an operand requires grad: True, False, or None when it may be something unknown
     (a call into a library: it may return a tensor that requires grad)."""
@@ -831,6 +846,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         cls = self.class_nodes.get(cls_id)
         saves = cls is not None and any(isinstance(n, ast.Attribute) and n.attr == "save_for_backward"
                                         for n in ast.walk(cls))
+        if saves and st.grad is True and self.inference_site() is None and any(_requires_grad(v) is True
+                                                                                for v in tensors):
+            for i in _saved_arguments(cls):  # saving an inference tensor for backward raises
+                t = tensor_of(args[i]) if i < len(args) and len(args[i]) == 1 else None
+                if t is not None and t.inference is not None:
+                    arg = node.args[i] if isinstance(node, ast.Call) and i < len(node.args) else None
+                    self.note_raise("inference_tensor", node, arg, t, origin=(t.inference,))
+                    break
         whole = self.all_of(tensors)
         return self.apply_op("mul" if saves else "add", node, [whole, whole], {}, st)
 
