@@ -1058,6 +1058,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)
+        if dotted == "collections.OrderedDict":  # a dict that keeps its order, as every dict does
+            return self.call_builtin("dict", args, kwargs, st, node)
         if dotted == "collections.defaultdict" and len(args) == 1 and not kwargs:  # empty, with a factory
             made = self.new_dict(node, [], [], st)
             st.set_attr(next(iter(made)).id, "<default>", args[0])
@@ -1328,9 +1330,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             # what filter keeps depends on its predicate: no element surely stays
             self.contains(out, self.contained(src, st), st, self.nonleaf_member(src, st) if name != "filter" else EMPTY)
             return out
-        if name == "map" and len(args) >= 2:
-            elems = self.iter_elements(args[1], st)
-            return self.make_sequence(self.call_value(args[0], [elems], {}, st, node), st, node)
+        if name == "map" and len(args) >= 2:  # each call makes its own containers (`map(list, zip(*rows))`)
+            items = self.exact_items(args[1], st) if len(args) == 2 else None
+            self.unrolling += 1
+            try:
+                if items is not None and len(items) <= 16:  # a short known sequence: each item mapped
+                    mapped = tuple(self.call_value(args[0], [item], {}, st, node) for item in items)
+                    return self.make_sequence(join_all(mapped), st, node, nonempty=bool(mapped) or None,
+                                              items=mapped)
+                elems = self.iter_elements(args[1], st)
+                result = self.call_value(args[0], [elems], {}, st, node)
+            finally:
+                self.unrolling -= 1
+            return self.make_sequence(result, st, node)
         if name == "next":
             return self.iter_elements(a0, st)
         if name == "sum":
