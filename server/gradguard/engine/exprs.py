@@ -154,26 +154,24 @@ class Expressions:
 
         for k, v in zip(keys, vals):
             src = next(iter(v)) if not k and len(v) == 1 else None
-            if k:
+            if k:  # `key: value`
                 key = item_key(k)
-                items, names, src_keys = {item_attr(key): v} if key is not None else None, k, \
-                    frozenset({key}) if key is not None else None
-                elems = v
-            elif isinstance(src, Obj) and src.kind == "dict":
-                src_keys = self.keyset(src, st)
+                items = {item_attr(key): v} if key is not None else {}
+                names, elems, known = k, v, frozenset({key}) if key is not None else None
+            elif isinstance(src, Obj) and src.kind == "dict":  # `**other`
+                known = self.keyset(src, st)
                 names, elems = st.get_attr(src.id, "<keys>") or UNKNOWN, st.get_attr(src.id, "<elems>") or UNKNOWN
-                items = {n: st.get_attr(src.id, n) for n in st.heap.get(src.id) or () if is_item_attr(n)}
-                if src_keys is not None:
-                    items = {item_attr(key): items.get(item_attr(key)) or elems for key in src_keys}
+                own = {n: st.get_attr(src.id, n) for n in st.heap.get(src.id) or () if is_item_attr(n)}
+                items = own if known is None else {item_attr(x): own.get(item_attr(x)) or elems for x in known}
             else:
-                items, names, elems, src_keys = None, UNKNOWN, UNKNOWN, None
+                items, names, elems, known = {}, UNKNOWN, UNKNOWN, None
             attrs["<elems>"], attrs["<keys>"] = join(attrs["<elems>"], elems), join(attrs["<keys>"], names)
-            if src_keys is None:  # the other items may be replaced too; the keys are no longer known
+            if known is None:  # it may replace any item, and the keys are no longer known
                 maybe(elems)
                 keyset = None
-            for name, item in (items or {}).items():
-                attrs[name] = item if src_keys is not None or name not in attrs else join(attrs[name], item)
-            keyset = keyset | src_keys if keyset is not None and src_keys is not None else None
+            for name, item in items.items():
+                attrs[name] = item if known is not None or name not in attrs else join(attrs[name], item)
+            keyset = keyset | known if keyset is not None and known is not None else None
         if keyset is not None:
             attrs["<keyset>"] = const(keyset)
         return frozenset({obj})
