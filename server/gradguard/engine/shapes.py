@@ -75,23 +75,21 @@ def surely_not_one(shape: Shape) -> bool:
     return shape is not None and any(d is not None and d != 1 for d in shape)
 
 
-def _dims(v, rank: int) -> tuple | None:
-    """A literal `dim` (an int or a tuple of ints) as non-negative dims of a tensor of `rank`."""
-    one = int_of(v)
-    dims = (one,) if one is not None else None
-    if dims is None and len(v) == 1 and isinstance(next(iter(v)), Tup):
-        dims = tuple(int_of(i) for i in next(iter(v)).items)
-    if dims is None or None in dims or any(not -rank <= d < rank for d in dims) or not rank:
-        return None
-    return tuple(sorted({d % rank for d in dims}))
-
-
 def _in_order(values: list, rank: int) -> list | None:
     """Literal dims, in the order written, as non-negative dims of a tensor of `rank`."""
     dims = [int_of(v) for v in values]
     if None in dims or any(not -rank <= d < rank for d in dims):
         return None
     return [d % rank for d in dims]
+
+
+def _dims(v, rank: int) -> tuple | None:
+    """A literal `dim` (an int or a tuple of ints) as the sorted non-negative dims of a tensor of
+    `rank`, each once."""
+    given = [v] if int_of(v) is not None else \
+        list(next(iter(v)).items) if len(v) == 1 and isinstance(next(iter(v)), Tup) else None
+    dims = _in_order(given, rank) if given is not None and rank else None
+    return tuple(sorted(set(dims))) if dims is not None else None
 
 
 def pieces(shape: Shape, name: str, bound: dict) -> list | None:

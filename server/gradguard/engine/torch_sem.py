@@ -1713,8 +1713,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return default if v is None else self.truth_of(v)
         if flag("assign", 2, False) is not False:
             return
-        objs = frozenset(o for x in self.submodules(m, st) for o in (("params", x.id), ("buffers", x.id)))
-        objs |= frozenset(o for b in self.buffers(m, st) if (t := tensor_of(b)) is not None for o in t.objs)
+        objs = frozenset(("params", x.id) for x in self.submodules(m, st)) | \
+            frozenset(o for b in self.buffers(m, st) if (t := tensor_of(b)) is not None for o in t.objs)
         self.version_bump(node, objs, st, objs if flag("strict", 1, True) is True else frozenset())
 
     def convert_module(self, m: Obj, name, args, kwargs, st, strong):
