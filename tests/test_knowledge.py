@@ -651,6 +651,17 @@ def test_module_calls_match_torch(cls_name, ctor, inputs):
         assert predicted == observed, (cls_name, input_requires_grad, predicted, observed)
 
 
+@pytest.mark.parametrize("cls_name,ctor,inputs", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_layer_parameter_names_are_torchs(cls_name, ctor, inputs):
+    """Where the op's parameters are `weight` and `bias`, they are the layer's own parameters,
+    in torch's order (`named_parameters()` names them so)."""
+    torch = _torch()
+    mi = K.module_info(cls_name)
+    if set(mi.param_params) <= {"weight", "bias"}:
+        own = [n for n, _ in ctor(torch.nn).named_parameters(recurse=False)]
+        assert own == (list(mi.param_params) if mi.has_params else []), cls_name
+
+
 def test_api_names_exist_in_torch():
     torch = _torch()
     import inspect

@@ -18,7 +18,7 @@ from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
-    item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    STR_METHODS, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -464,6 +464,7 @@ class Expressions:
             st.set_attr(obj.id, item_attr(key), v)
             keys = None if keys is None else keys | {key}
         st.set_attr(obj.id, "<keyset>", const(keys) if keys is not None else UNKNOWN)
+        self.vars_written(obj, key, v, st)
 
     def default_item(self, d: Obj, key, st, node):
         """`registry[trigger]` of a `defaultdict(list)` whose keys are known and lack `trigger`:
@@ -594,6 +595,8 @@ class Expressions:
                 out = join(out, frozenset({Method(frozenset({a}), name)}))  # looked up when called
             elif isinstance(a, Tup) and name in a.names:  # a named tuple's field
                 out = join(out, a.items[a.names.index(name)])
+            elif isinstance(a, Const) and isinstance(a.value, str) and name in STR_METHODS:
+                out = join(out, frozenset({Method(frozenset({a}), name)}))  # folded when called
             else:
                 out = join(out, UNKNOWN)
         return out if out else UNKNOWN

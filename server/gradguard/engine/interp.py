@@ -25,7 +25,7 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, item_key, join,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, int_of, item_key, join,
     map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
@@ -812,7 +812,33 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             elif i is not None and items is not None:  # or its item, with jumps or many items
                 elem = self.item_now(now, i, body_st)
             self.assign(s.target, self.batch_read(elem), body_st, s)
-        return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count)
+        period = self.counter_period(s, st) if counter is not None and count is not None else None
+        return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count,
+                         period=period)
+
+    def counter_period(self, s, st):
+        """The largest `k` (2 to 16) of a test `counter % k` in the loop's body whose branch runs a
+        backward or a step (`if (t + 1) % k == 0: loss.backward()`, truncated backpropagation,
+        gradient accumulation), None if there is none: what the second time that branch runs
+        meets (a graph its first time freed) happens at an iteration past the first two."""
+        names = {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)}
+        stateful = self.loop_statefulness(self.frame.module)
+        best = None
+        todo = list(s.body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            todo += ast.iter_child_nodes(node)
+            if not isinstance(node, ast.If) or not stateful.touches(node):
+                continue
+            for mod in ast.walk(node.test):
+                if isinstance(mod, ast.BinOp) and isinstance(mod.op, ast.Mod) \
+                        and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(mod.left)):
+                    k = int_of(self.peek(mod.right, st))
+                    if k is not None and 2 <= k <= 16:
+                        best = max(best or k, k)
+        return best
 
     def item_now(self, it, i, st):
         """The `i`th item of the sequence a loop runs over, as it is now: the body may have
@@ -836,7 +862,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                                             for n in ast.walk(s.test))
         return self.loop(s, st, enter, may_be_empty=truth is not True, exits_normally=not endless)
 
-    def loop(self, s, st, enter, may_be_empty=True, exits_normally=True, count=None):
+    def loop(self, s, st, enter, may_be_empty=True, exits_normally=True, count=None, period=None):
         """The first two iterations run concretely, each on the state the previous one left
         (an error they reach happens on a real path: the first iteration, or the second,
         where loop-carried graphs fail); then the body is iterated to a fixpoint from the
@@ -848,7 +874,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         requires grad, no backward, no object), goes straight to the fixpoint: most loops of
         library code have nothing to learn from running one by one; so does a loop nested in
         one that is widening.  A loop known to run at least as often as it ran one by one
-        leaves after the last of those iterations: its must facts are that iteration's."""
+        leaves after the last of those iterations: its must facts are that iteration's.  One
+        whose backward runs every `period` iterations (see `counter_period`) runs, one by one,
+        as many as it takes for that backward to run twice."""
         fr = self.frame
         fr.loops.append(s)
         fr.events.append(set())
@@ -862,6 +890,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             stateful = self.stateful_loops[s] = self.loop_statefulness(fr.module).touches(s)
         # Inside a loop that is widening every id is a summary: no iteration here can be concrete.
         rounds, concrete_iterations = self.limits.loop_rounds, self.limits.concrete_iterations
+        if period is not None and stateful and self.budget > 0 and not self.widening:
+            concrete_iterations = min(count, 2 * period + 1)
+            rounds += max(0, concrete_iterations - self.limits.concrete_iterations)
         exact = count is not None and count <= rounds and self.budget > 0 and not self.widening
         concrete_rounds = rounds if exact else 0 if self.widening else concrete_iterations if stateful else 1
         work, inplaces = self.sure_events, self.graph_inplaces

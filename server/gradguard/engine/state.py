@@ -70,7 +70,11 @@ class State:
 # Heap attributes whose absence means a value: a module's `<rg>` is True until frozen, so a
 # module frozen on one path only is possibly trainable after the join (absent elsewhere, an
 # attribute is one never set, and the other path's value stands).
-ABSENT_MEANS = {"<rg>": const(True)}
+# Parameters whose flag was set one by one (`lin.weight.requires_grad = False`): the name of
+# each, with its flag, as one constant; none until then.
+RG_BY_NAME = "<rg by name>"
+NO_FLAGS = const(frozenset())
+ABSENT_MEANS = {"<rg>": const(True), RG_BY_NAME: NO_FLAGS}
 
 
 def _join_dicts(a: dict, b: dict) -> dict:

@@ -25,12 +25,14 @@ from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces
 from gradguard.engine.shapes import of as shape_of
-from gradguard.engine.state import GLOBALS, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained
+from gradguard.engine.state import (
+    GLOBALS, NO_FLAGS, RG_BY_NAME, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
+)
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
     GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of,
     is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of,
-    tensor_of,
+    str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -46,6 +48,8 @@ CONVERSIONS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat
 IDENTITY_METHODS = frozenset({"contiguous", "pin_memory", "share_memory_"})
 # Config objects whose attributes are the keywords they are made with.
 NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
+# On the dict `vars(obj)` returns: the object whose `__dict__` it is.
+VARS_OF = "<vars of>"
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
@@ -653,11 +657,26 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.update_sure_grads(st, lambda objs: objs - t.objs)
 
     def set_parameters_rg(self, t: Tensor, flag, st) -> None:
-        """A parameter's requires_grad changed: so did its module's (they share one flag here)."""
+        """Parameters' requires_grad changed: all of their modules' (`for p in m.parameters()`),
+        or one parameter's (`lin.weight`, an `nn.Parameter` of a class), the others keeping theirs."""
+        own = t.ident[1:] if t.ident is not None and t.ident[0] == "param" else None
         for o in t.objs:
-            if o[0] == "params":
+            if o[0] != "params":
+                continue
+            key = own[1] if own is not None and own[0] == o[1] else next((p for p in t.objs if p[0] == "param"), None)
+            if key is None:
                 st.set_attr(o[1], "<rg>", flag)
-                self.frozen_by[o[1]] = self.statement
+                st.set_attr(o[1], RG_BY_NAME, NO_FLAGS)
+            else:
+                truth = self.truth_of(flag)
+                st.set_attr(o[1], RG_BY_NAME, frozenset(Const(frozenset({**(d or {}), key: truth}.items()))
+                                                        for d in self.param_flags(o[1], st)))
+            self.frozen_by[o[1]] = self.statement
+
+    def param_flags(self, mid, st) -> list:
+        """The flags of the parameters of a module set one by one: a dict (name -> True, False or
+        None) per alternative, None for one not known."""
+        return [dict(a.value) if isinstance(a, Const) else None for a in st.get_attr(mid, RG_BY_NAME) or NO_FLAGS]
 
 
     def tensor_method(self, v, name, args, kwargs, st, node):
@@ -832,6 +851,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.super_method(a, name, args, kwargs, st, node)
         if isinstance(a, GradMode) and name in ("__enter__", "__exit__") and len(recv) == 1:
             return self.manual_grad_mode(a, name, st, node)
+        if isinstance(a, Const) and isinstance(a.value, str) and not kwargs:
+            return str_method(a.value, name, args)
         return self.unknown_method(name, args, kwargs, st, node)
 
     def custom_function(self, cls_id, args, st, node):
@@ -911,6 +932,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.new_dict(node, [EMPTY], [frozenset({obj})], st)
         if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "update", "clear", "__setitem__"):
             st.set_attr(obj.id, "<keyset>", UNKNOWN)
+            if name != "update":  # (its items are written one by one, see `dict_update`)
+                self.vars_written(obj, None, UNKNOWN, st)
         if name in ("append", "add", "insert", "appendleft", "extend"):
             self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
             return NONE
@@ -928,15 +951,27 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                                       st.get_attr(obj.id, "<elems>") or UNKNOWN))}), st, node)
         if name == "keys":
             return self.make_sequence(st.get_attr(obj.id, "<keys>") or UNKNOWN, st, node)
-        if name == "update" and args:
-            for a in args[0]:
-                if isinstance(a, Obj) and a.kind == "dict":
-                    st.set_attr(obj.id, "<elems>", st.get_attr(a.id, "<elems>") or UNKNOWN, strong=False)
+        if name == "update" and obj.kind == "dict":
+            self.dict_update(obj, args[0] if args else EMPTY, kwargs, st)
             return NONE
         if name == "clear":
             self.cleared(obj, st, strong)
             return NONE
         return UNKNOWN
+
+    def dict_update(self, obj: Obj, other, kwargs, st) -> None:
+        """`d.update(other, **kwargs)`: each item of `other` (a dict whose keys are known), then
+        each keyword, replaces the one under its key; an item not known by key may replace any."""
+        dicts = objs_of(other, "dict")
+        keys = self.keyset(dicts[0], st) if len(other) == 1 and len(dicts) == 1 else None
+        if keys is not None:
+            items = [(k, st.get_attr(dicts[0].id, item_attr(k)) or UNKNOWN) for k in keys]
+        else:
+            items = [(None, join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in dicts) if dicts else UNKNOWN)]
+        for key, v in (items if other else []) + list(kwargs.items()):
+            st.set_attr(obj.id, "<elems>", v, strong=False)
+            st.set_attr(obj.id, "<keys>", const(key) if key is not None else UNKNOWN, strong=False)
+            self.set_dict_item(obj, key, v, st)
 
     def cleared(self, obj, st, strong):
         """`xs.clear()`: on the one container a name surely holds, no element, no item and no
@@ -1058,6 +1093,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)
+        if dotted == "dataclasses.asdict" and len(args) == 1 and not kwargs:
+            return self.instance_dict(args[0], st, node, live=False)
         if dotted == "collections.OrderedDict":  # a dict that keeps its order, as every dict does
             return self.call_builtin("dict", args, kwargs, st, node)
         if dotted == "collections.defaultdict" and len(args) == 1 and not kwargs:  # empty, with a factory
@@ -1380,11 +1417,45 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const({"bool": bool, "int": int}[name](literal_of(a0, int, float, bool)))  # `bool(args.flag)`
         if name == "print":
             return NONE
+        if name == "vars" and len(args) == 1:
+            return self.instance_dict(a0, st, node, live=True)
         if name == "dict":  # `dict(base, lr=0.1)`: base's items, then the keywords; pairs are not followed
             first = [(EMPTY, args[0] if objs_of(args[0], "dict") and len(args[0]) == 1 else UNKNOWN)] if args else []
             return self.new_dict(node, [k for k, _ in first] + [const(k) for k in kwargs],
                                  [v for _, v in first] + list(kwargs.values()), st)
         return UNKNOWN
+
+    def instance_dict(self, v, st, node, live: bool):
+        """`vars(config)` (`live`: the object's own `__dict__`, whose writes are the object's) or
+        `dataclasses.asdict(config)` (a copy of its fields): a dict of the attributes of the one
+        object `v` is, when they are all known."""
+        objs = objs_of(v, "instance")
+        attrs = st.heap.get(objs[0].id) if len(v) == 1 and len(objs) == 1 else None
+        if attrs is None or UNSEEN_ATTRS in attrs:
+            return UNKNOWN
+        fields = self.dataclass_fields.get(self.obj_class.get(objs[0].id)) if not live else None
+        if not live and fields is None:
+            return UNKNOWN
+        names = [f[0] for f in fields] if fields is not None else [n for n in attrs if not n.startswith("<")]
+        if any(n not in attrs for n in names):
+            return UNKNOWN
+        # a copy holds copies of tensors (`deepcopy`): not the object's, not known here
+        vals = [attrs[n] if live or all(isinstance(a, (Const, Num)) for a in attrs[n]) else UNKNOWN for n in names]
+        d = self.new_dict(node, [const(n) for n in names], vals, st)
+        if live:
+            st.set_attr(objs_of(d)[0].id, VARS_OF, v)
+        return d
+
+    def vars_written(self, d: Obj, key, v, st) -> None:
+        """A write to the `__dict__` of an object (`vars(args)[key] = v`; `key` None: a write not
+        known item by item, `update`, `pop`): the object's attribute, or all of them, changed."""
+        for obj in objs_of(st.get_attr(d.id, VARS_OF) or EMPTY):
+            if isinstance(key, str):
+                st.set_attr(obj.id, key, v)
+                continue
+            for n in [n for n in st.heap.get(obj.id) or () if not n.startswith("<")]:
+                st.set_attr(obj.id, n, UNKNOWN, strong=False)
+            st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
 
     def may_thaw(self, modules, st) -> None:
         """What code not seen did to `modules` may have made their parameters trainable again:
@@ -1393,6 +1464,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             for x in self.submodules(m, st):
                 if st.get_attr(x.id, "<rg>") == const(False):
                     st.set_attr(x.id, "<rg>", UNKNOWN)
+                if any(flags is not None and False in flags.values() for flags in self.param_flags(x.id, st)):
+                    st.set_attr(x.id, RG_BY_NAME, UNKNOWN)
 
     def call_unknown(self, args, kwargs, st, node):
         """A call the engine cannot see into.  Its result carries the graphs of its tensor
@@ -1467,6 +1540,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if renorm is not None and renorm != NONE:
             attrs["<renorms>"] = const(True) if NONE.isdisjoint(renorm) and renorm else UNKNOWN
         attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
+        names = self.layer_parameter_names(info, kwargs)
+        if names is not None:
+            attrs["<parameters>"] = const(names)
         dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
             "float32" if not self.default_dtype_set else None
         if info.has_params and dtype is not None:  # its parameters' dtype (see convert_module)
@@ -1555,13 +1631,31 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     return True
         return False
 
-    def module_rg(self, m: Obj, st):
+    def module_rg(self, m: Obj, st, name=None):
+        """Whether the parameters of `m` (the one called `name`) require grad: True or False
+        when all surely do or surely do not, else None.  `<rg>` is the flag of those whose own
+        was not set one by one (`param_flags`); a built-in layer's are known by name."""
         flag = st.get_attr(m.id, "<rg>")
-        if flag is None:
-            return True
-        return self.truth_of(flag)
+        base = True if flag is None else self.truth_of(flag)
+        info = self.builtin_info(m)
+        names = set(info.param_params) if info is not None else set()
+        seen = set()
+        for flags in self.param_flags(m.id, st):
+            if flags is None:
+                return None
+            if name is not None:
+                seen.add(flags.get(name, base))
+            else:
+                seen |= set(flags.values())
+                if not names or not names <= flags.keys():
+                    seen.add(base)
+        return seen.pop() if len(seen) == 1 else None
 
-    def param_value(self, m: Obj, st, subtree=False):
+    def param_value(self, m: Obj, st, subtree=False, name=None):
+        """The parameters of `m` (and of its submodules, or the one called `name`) as one tensor."""
+        if name is not None:
+            return frozenset({replace(tensor_of(self.param_value(m, st)), rg=self.module_rg(m, st, name),
+                                      ident=("param", m.id, name))})
         mods = self.submodules(m, st) if subtree else [m]
         rgs = [self.module_rg(x, st) for x in mods]
         rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
@@ -1593,7 +1687,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
         if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
-            return self.param_value(m, st)
+            return self.param_value(m, st, name=name)
         if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
                     "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "bfloat16",
                     "requires_grad_", "register_buffer", "register_parameter", "add_module", "register_module",
@@ -1630,6 +1724,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             items = self.buffers(m, st)
             return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=tuple(items))
         if name == "named_parameters":
+            named = self.named_parameters(m, st) if not args and not kwargs else None
+            if named is not None:  # each one known, with its name: a loop over them runs on each
+                vals = [frozenset({Tup((const(n), v))}) for n, v in named]
+                return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
         if name in ("modules", "children", "named_modules", "named_children"):
@@ -1653,6 +1751,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             flag = self.truth_of(args[0]) if args else True
             for x in self.submodules(m, st):
                 st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
+                st.set_attr(x.id, RG_BY_NAME, NO_FLAGS)
                 self.frozen_by[x.id] = self.statement
             return frozenset({m})
         if name in ("train", "eval"):  # `self.training`, read in forward
@@ -1825,6 +1924,46 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 seen.add(x.id)
                 out.append((n, x))
         return out
+
+    def layer_parameter_names(self, info, kwargs) -> tuple | None:
+        """The names of a torch.nn layer's own parameters, for the layers whose parameters are
+        the `weight` and `bias` its op takes (`bias=False`, `affine=False` drop them), None when
+        not known (an LSTM's, named by layer; a flag not known)."""
+        names = info.param_params if info.has_params and not info.container else ()
+        if not set(names) <= {"weight", "bias"}:
+            return None
+        for flag, dropped in (("bias", {"bias"}), ("affine", set(names)), ("elementwise_affine", set(names))):
+            if flag in kwargs:
+                truth = self.truth_of(kwargs[flag])
+                if truth is None:
+                    return None
+                names = names if truth else tuple(n for n in names if n not in dropped)
+        return tuple(names)
+
+    def named_parameters(self, m: Obj, st) -> list | None:
+        """`m.named_parameters()`: each parameter with its path, each module's own in the order
+        they were set; None when one is not known (see `named_modules`; a layer of torch whose
+        parameters are not `weight` and `bias`, an attribute that may or may not be one)."""
+        mods = self.named_modules(m, st)
+        out = []
+        for prefix, x in mods or ():
+            if self.builtin_info(x) is not None:
+                names = literal_of(st.get_attr(x.id, "<parameters>") or UNKNOWN, tuple)
+                own = [(n, self.param_value(x, st, name=n)) for n in names] if names is not None else None
+            else:
+                attrs = st.heap.get(x.id) or {}
+                own = [(n, v) for n, v in attrs.items() if not n.startswith("<") and self.parameter_of(x, v)]
+                if any(len(v) != 1 for _, v in own):
+                    own = None
+            if own is None:
+                return None
+            out += [(f"{prefix}.{n}" if prefix else n, v) for n, v in own]
+        return out if mods is not None else None
+
+    @staticmethod
+    def parameter_of(m: Obj, v) -> bool:
+        """Whether the value of an attribute of `m` is (may be) one of its parameters."""
+        return any(isinstance(a, Tensor) and ("params", m.id) in a.objs for a in v)
 
     def named_modules(self, m: Obj, st, prefix: str = "", seen: set | None = None) -> list | None:
         """`m.named_modules()`: `m` and its submodules depth first, named by their paths, once

@@ -396,3 +396,30 @@ def map_tensors(v: frozenset, fn) -> frozenset:
         changed |= b is not a
         out.append(b)
     return frozenset(out) if changed else v
+
+
+# Methods of str that compute a value from their arguments alone: folded on known strings
+# (`if not name.startswith("head."): p.requires_grad = False` over `named_parameters()`).
+STR_METHODS = frozenset({
+    "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "replace", "split", "rsplit", "find",
+    "rfind", "count", "isdigit", "isalpha", "isnumeric", "removeprefix", "removesuffix", "partition", "rpartition",
+})
+
+
+def str_method(text: str, name: str, args) -> frozenset:
+    """`text.name(*args)` when the arguments are known strings, numbers or tuples of strings."""
+    values = [literal_of(v, str, int) if not (len(v) == 1 and isinstance(next(iter(v)), Tup)) else
+              tuple(literal_of(x, str) for x in next(iter(v)).items) for v in args]
+    values = [None if isinstance(v, tuple) and None in v else v for v in values]
+    if any(v is None for v in values) or name not in STR_METHODS:
+        return UNKNOWN
+    try:
+        out = getattr(text, name)(*values)
+    except (TypeError, ValueError):
+        return UNKNOWN
+    if isinstance(out, (list, tuple)):
+        return frozenset({Tup(tuple(const(x) for x in out))}) if sum(map(len, out)) <= MAX_TEXT else UNKNOWN
+    return const(out) if not isinstance(out, str) or len(out) <= MAX_TEXT else UNKNOWN
+
+
+MAX_TEXT = 4096  # characters of a string folded (`"x".replace("", ...)` grows)

@@ -138,13 +138,13 @@ for step in range(3):
                 by = " and ".join(f"`{facts.text(n)}` on {facts.line(n)}" for n in others[:2])
                 cause = f"which {by} already freed"
             else:
-                cause = "which this backward already freed on the previous iteration"
+                cause = "which this backward already freed on an earlier iteration"
             message = (f"`{root}` is backpropagated through the graph of {made} ({facts.line(first.node)}), {cause}: "
                        f"this raises "
                        f"'Trying to backward through the graph a second time'")
             related = [Related(facts.span(n), "the graph is freed here") for n in others[:3]]
             if not others:
-                related.append(Related(facts.span(b.node), "the graph is freed here on the previous iteration"))
+                related.append(Related(facts.span(b.node), "the graph is freed here on an earlier iteration"))
             related.append(Related(facts.span(first.node), f"{made} is computed here, with a graph"))
             yield self.finding(message, facts.span(b.node), related, fixes.freed_graph(facts, b, freeing),
                                facts=facts, entry=b.entry)

@@ -1,0 +1,46 @@
+# expect: no_grad_fn
+# shape: fine-tuning freezes parameters by name over `named_parameters()`, meaning to keep the head trainable, but the head's path is `head.1.*`, not `classifier.*`: every parameter is frozen and the loss has no graph
+import torch
+from torch import nn
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.proj(x)))
+
+
+class Classifier(nn.Module):
+    def __init__(self, dim, classes):
+        super().__init__()
+        self.encoder = Encoder(dim)
+        self.head = nn.Sequential(nn.Dropout(0.1), nn.Linear(dim, classes))
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def freeze_backbone(model, trainable=("classifier.",)):
+    for name, param in model.named_parameters():
+        if not name.startswith(trainable):
+            param.requires_grad = False
+
+
+def main():
+    torch.manual_seed(0)
+    model = Classifier(8, 3)
+    freeze_backbone(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()  # raises
+    opt.step()
+
+
+if __name__ == "__main__":
+    main()
