@@ -104,6 +104,8 @@ NO_FIX = {
                                          "user's choice",
     "reinforce_log_probs_kept_across_episodes.py": "the list must be emptied once per episode: where is not one edit",
     "distribution_sample_has_no_grad.py": "sample() draws without a graph: whether rsample() is meant is the user's choice",
+    "flag_set_through_a_list_of_converted_tensors_crash.py": "requires_grad is set on copies: which tensors the "
+                                                             "list should hold is the user's choice",
     "state_restore_between_steps_crash.py": "load_state_dict overwrites every parameter: whether the restore should "
                                             "go, or move before the graph is built, is the user's choice",
 }

@@ -192,26 +192,30 @@ class Expressions:
         """`a or b` is `a` where `a` is true, else `b` (`base or Default(model)` with `base` None
         is the default alone); `and` the other way round.  An operand whose truth is not known
         may be the result, and the next one runs too."""
-        return self.bool_chain(node.values, isinstance(node.op, ast.Or), st) or UNKNOWN
+        value, truth = self.bool_chain(node.values, isinstance(node.op, ast.Or), st)
+        self.chain_truth = (node, truth)  # for `test_truth`: `flag and isinstance(x, np.ndarray)` is false
+        return value or UNKNOWN
 
-    def bool_chain(self, operands, stop: bool, st):
-        """The value of `operands[0] or ...` (`stop` True) or `... and ...`: the next operand
-        runs on a copy of the state where this one's truth is not known, joined back after,
-        so what it does (a backward in `done or loss.backward()`) is no must fact."""
+    def bool_chain(self, operands, stop: bool, st) -> tuple:
+        """The value of `operands[0] or ...` (`stop` True) or `... and ...`, and its truth: the
+        next operand runs on a copy of the state where this one's truth is not known, joined
+        back after, so what it does (a backward in `done or loss.backward()`) is no must fact.
+        An operand whose truth is not known is the value only when its truth is not `stop`: if
+        the rest surely ends `stop`, so does the whole (`x and False` is false whatever x)."""
         v = self.eval(operands[0], st)
         if len(operands) == 1:
-            return v
+            return v, self.truth_of(v, st)
         truths = {a: self.truth_of(frozenset({a}), st) for a in v}
         here = frozenset(a for a, t in truths.items() if t is not (not stop))
         if all(t is stop for t in truths.values()):
-            return here
+            return here, stop
         if all(t is (not stop) for t in truths.values()):
             return self.bool_chain(operands[1:], stop, st)
         rest = st.copy()
-        out = join(here, self.bool_chain(operands[1:], stop, rest))
+        later, truth = self.bool_chain(operands[1:], stop, rest)
         joined = join_states(st, rest)
         st.env, st.heap, st.grad = joined.env, joined.heap, joined.grad
-        return out
+        return join(here, later), stop if truth is stop else None
 
     def expr_UnaryOp(self, node, st):
         v = self.eval(node.operand, st)
@@ -989,6 +993,8 @@ class Expressions:
         t = self.static_truth(test, st)
         if t is None and len(v) == 1 and isinstance(next(iter(v)), Const):
             t = bool(next(iter(v)).value)
+        if t is None and self.chain_truth[0] is test:
+            t = self.chain_truth[1]
         return t
 
     def static_truth(self, test, st):
@@ -1084,7 +1090,7 @@ class Expressions:
                       for a in v}
             return truths.pop() if len(truths) == 1 else None
         if classes and all(isinstance(a, Ref) and a.dotted in TENSOR_CLASSES for a in classes):
-            truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj)) else None
+            truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj, Array)) else None
                       for a in v}
             return truths.pop() if len(truths) == 1 else None
         targets = {a.id for a in classes if isinstance(a, Obj) and a.kind == "class"}

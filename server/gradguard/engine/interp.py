@@ -204,6 +204,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.graph_inplaces = 0  # in-place ops on tensors in a graph so far (see `loop`)
         self.inplace_flags: dict = {}  # module object id -> (constructor call, position of its inplace flag)
         self.saved_index: dict = {}  # storage id -> ids of the regions that may have saved it
+        self.chain_truth = (None, None)  # the `and`/`or` evaluated last, and its truth (see `bool_chain`)
         self.unrolling = 0  # loops and comprehensions being run item by item (see `container_id`)
         self.member_nodes: dict = {}  # non-leaf tensor -> the list element that put it in a list (see raises.py)
 

@@ -177,7 +177,13 @@ def mark_flag_set(st: State, old: Tensor, rg: bool) -> None:
     """`x.requires_grad = True` (or `requires_grad_()`) on a leaf changed the tensor object,
     not one name of it: the caller's variable a parameter stood for, an attribute holding
     it, see the new flag too (a view of it made before is another object, and does not)."""
-    if old.ident is None or is_summary(old.ident) or old.leaf is not True:
+    if old.leaf is not True or not old.objs:
+        return
+    if old.ident is None or is_summary(old.ident):
+        # which object it is is not known: another name of its storage may be it (`coeffs =
+        # [a.to(dev), ...]`, then `for p in coeffs: p.requires_grad = True`), its flag no longer known
+        _rewrite(st, lambda t: replace(t, rg=None) if t.rg is not None and t.rg != rg and t.leaf is True
+                 and t.objs & old.objs and (t.ident is None or is_summary(t.ident)) else t)
         return
     _rewrite(st, lambda t: replace(t, rg=rg, leaf=True) if t.ident == old.ident and t.rg != rg else t)
 

@@ -744,7 +744,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             same = t.dtype is not None and self.converted_dtype(name, args, kwargs) == t.dtype and \
                 not (name == "to" and device_given(args, kwargs)) and name not in ("cuda", "cpu") and \
                 self.truth_of(kwargs.get("copy", const(False))) is False
-            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=t.ident if same else None)})
+            # surely a copy when it changes the dtype: a new tensor object, made here
+            copy = t.dtype is not None and dtype is not None and dtype != t.dtype and len(v) == 1
+            ident = t.ident if same else ("t",) + self.region_id(node, "copy") if copy else None
+            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident)})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:  # the same values, maybe a copy
             return frozenset({replace(t, ident=None)}) if len(v) == 1 else v
         if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
@@ -944,6 +947,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.forget_items(obj, st)  # one item fewer
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
             return st.get_attr(obj.id, "<elems>") or UNKNOWN
+        if name in ("items", "values", "keys") and (view := self.dict_view(obj, name, st, node)) is not None:
+            return view
         if name in ("values", "copy"):
             return self.make_sequence(st.get_attr(obj.id, "<elems>") or UNKNOWN, st, node)
         if name == "items":
@@ -958,6 +963,25 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.cleared(obj, st, strong)
             return NONE
         return UNKNOWN
+
+    def dict_in_order(self, obj: Obj, st) -> list | None:
+        """The items of a dict whose keys are all known, in the order they were first set."""
+        keys = self.keyset(obj, st) if obj.kind == "dict" else None
+        if keys is None:
+            return None
+        by_attr = {item_attr(k): k for k in keys}
+        attrs = st.heap.get(obj.id) or {}
+        order = [by_attr[n] for n in attrs if n in by_attr]
+        return [(k, attrs[item_attr(k)]) for k in order] if len(order) == len(keys) else None
+
+    def dict_view(self, obj: Obj, name, st, node):
+        """`d.items()`, `d.values()`, `d.keys()` item by item, when the dict's are known."""
+        known = self.dict_in_order(obj, st)
+        if known is None:
+            return None
+        vals = [frozenset({Tup((const(k), v))}) if name == "items" else v if name == "values" else const(k)
+                for k, v in known]
+        return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals), items=tuple(vals))
 
     def dict_update(self, obj: Obj, other, kwargs, st) -> None:
         """`d.update(other, **kwargs)`: each item of `other` (a dict whose keys are known), then
@@ -1286,7 +1310,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         else:
             # plain tensors: where a later backward of them finds its graph cut (create_graph=False)
             grads = self.fresh_tensor(node, st, rg=False, sub=1, inputs=[outs])
-        return self.make_sequence(grads, st, node, nonempty=True)
+        inputs = self.exact_items(given, st) if given is not None and is_sequence(given) else None
+        return self.make_sequence(grads, st, node, nonempty=True,  # one gradient per input
+                                  items=(grads,) * len(inputs) if inputs is not None else None)
 
     def no_gradient_given(self, dotted, args, kwargs) -> bool:
         """Whether a backward function is called without the gradient of its outputs."""
@@ -1419,7 +1445,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return NONE
         if name == "vars" and len(args) == 1:
             return self.instance_dict(a0, st, node, live=True)
-        if name == "dict":  # `dict(base, lr=0.1)`: base's items, then the keywords; pairs are not followed
+        if name == "dict":  # `dict(base, lr=0.1)`: base's items (or pairs, known one by one), then the keywords
+            pairs = self.known_pairs(a0, st) if args and not objs_of(a0, "dict") else None
+            if pairs is not None:
+                return self.new_dict(node, [k for k, _ in pairs] + [const(k) for k in kwargs],
+                                     [v for _, v in pairs] + list(kwargs.values()), st)
             first = [(EMPTY, args[0] if objs_of(args[0], "dict") and len(args[0]) == 1 else UNKNOWN)] if args else []
             return self.new_dict(node, [k for k, _ in first] + [const(k) for k in kwargs],
                                  [v for _, v in first] + list(kwargs.values()), st)
@@ -1456,6 +1486,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             for n in [n for n in st.heap.get(obj.id) or () if not n.startswith("<")]:
                 st.set_attr(obj.id, n, UNKNOWN, strong=False)
             st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+
+    def known_pairs(self, v, st) -> list | None:
+        """The (key, value) pairs of a sequence of pairs known one by one (`named_parameters()`)."""
+        items = self.exact_items(v, st) if is_sequence(v) else None
+        pairs = [a.items for p in items or () if len(p) == 1 and isinstance(a := next(iter(p)), Tup) and len(a.items) == 2]
+        return pairs if items is not None and len(pairs) == len(items) else None
 
     def may_thaw(self, modules, st) -> None:
         """What code not seen did to `modules` may have made their parameters trainable again:
