@@ -25,8 +25,8 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, int_of, item_key, join,
-    map_tensors, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, int_of, item_key,
+    join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK

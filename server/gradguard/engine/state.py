@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from gradguard.engine.limits import VALUE_ITEMS, charge
 from gradguard.engine.values import (
-    CARRIES, DIRTY, FREED, Const, Obj, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of, tri_join,
+    CARRIES, DIRTY, FREED, UNSEEN_ATTRS, Const, Obj, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of,
+    tri_join,
 )
 
 GLOBALS = ("<module>",)
@@ -60,12 +61,27 @@ class State:
             self.statics.setdefault(obj_id, {})[name] = value
             return
         attrs = self.heap.get(obj_id, {})
+        new = dict(attrs)
         if not strong and name in attrs:
             value = join(attrs[name], value)
-        new = dict(attrs)
+        elif name[:1] != "<" and (strong and MAYBE_ABSENT in attrs or not strong and attrs):
+            # set on every path (off the list), or on one of several objects: perhaps not on this one
+            maybe = maybe_absent(attrs)
+            new[MAYBE_ABSENT] = const(maybe - {name} if strong else maybe | {name})
         new[name] = value
         self.heap[obj_id] = new
 
+    def surely_has(self, obj_id, name):
+        """Whether `obj_id` has attribute `name` (`hasattr`), as far as its heap entry tells: True
+        when set on every path, False when set on none, None when set on some."""
+        attrs = self.heap.get(obj_id)
+        if attrs is None or UNSEEN_ATTRS in attrs:
+            return None
+        return None if name in maybe_absent(attrs) else name in attrs
+
+
+# On an object's heap entry: the attributes set on some paths only (a plain frozenset of names).
+MAYBE_ABSENT = "<maybe absent>"
 
 # Heap attributes whose absence means a value: a module's `<rg>` is True until frozen, so a
 # module frozen on one path only is possibly trainable after the join (absent elsewhere, an
@@ -77,7 +93,9 @@ NO_FLAGS = const(frozenset())
 ABSENT_MEANS = {"<rg>": const(True), RG_BY_NAME: NO_FLAGS}
 
 
-def _join_dicts(a: dict, b: dict) -> dict:
+def _join_dicts(a: dict, b: dict, heap: bool = False) -> dict:
+    """The join of two environments, or of two heap entries of one object (`heap`): there, an
+    attribute set on one side only may be absent after it (`MAYBE_ABSENT`)."""
     if a is b:
         return a
     charge(len(a) + len(b))
@@ -88,7 +106,17 @@ def _join_dicts(a: dict, b: dict) -> dict:
     for k, default in ABSENT_MEANS.items():
         if k in a and k not in b:
             out[k] = join(a[k], default)
+    if heap:
+        one_sided = frozenset(k for k in a.keys() ^ b.keys() if k[:1] != "<")
+        if one_sided or MAYBE_ABSENT in a or MAYBE_ABSENT in b:
+            out[MAYBE_ABSENT] = const(one_sided | maybe_absent(a) | maybe_absent(b))
     return out
+
+
+def maybe_absent(attrs: dict) -> frozenset:
+    """The names of the attributes of a heap entry set on some paths only."""
+    v = attrs.get(MAYBE_ABSENT)
+    return next(iter(v)).value if v else frozenset()
 
 
 def join_states(a: State | None, b: State | None) -> State | None:
@@ -104,7 +132,7 @@ def join_states(a: State | None, b: State | None) -> State | None:
         for k, attrs in b.heap.items():
             mine = heap.get(k)
             if mine is not attrs:
-                heap[k] = attrs if mine is None else _join_dicts(mine, attrs)
+                heap[k] = attrs if mine is None else _join_dicts(mine, attrs, heap=True)
     env = _join_dicts(a.env, b.env)
     if a.env.get(MAYBE_UNBOUND) != b.env.get(MAYBE_UNBOUND) or a.env.keys() != b.env.keys():
         # a local bound on one side only may be unbound after the join

@@ -48,6 +48,8 @@ CONVERSIONS = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat
 IDENTITY_METHODS = frozenset({"contiguous", "pin_memory", "share_memory_"})
 # Config objects whose attributes are the keywords they are made with.
 NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
+# Base classes that give an object no attribute of a name this program chooses (`hasattr`).
+PLAIN_BASES = frozenset({"builtins.object", "torch.nn.Module", "torch.nn.modules.module.Module"})
 # On the dict `vars(obj)` returns: the object whose `__dict__` it is.
 VARS_OF = "<vars of>"
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
@@ -1431,10 +1433,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.attribute(a0, attr, st, node)
         if name == "setattr" and len(args) == 3:
             return self.setattr_call(a0, attr, args[1], args[2], st, node)
-        if name == "hasattr" and attr is not None and a0 and all(  # a method of its class: surely there
-                isinstance(a, Obj) and self.obj_class.get(a.id) is not None
-                and self.class_lookup(self.obj_class[a.id], attr, st) is not None for a in a0):
-            return const(True)
+        if name == "hasattr" and attr is not None and a0:
+            truths = {self.has_attribute(a, attr, st) for a in a0}
+            if len(truths) == 1 and None not in truths:
+                return const(truths.pop())
         if name in ("float", "int", "bool") and tensor_of(a0) is not None:
             return frozenset({Num()})
         if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
@@ -1487,10 +1489,40 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 st.set_attr(obj.id, n, UNKNOWN, strong=False)
             st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
 
+    def has_attribute(self, a, name: str, st):
+        """`hasattr(a, name)` on an object of a class of this program: True for a member of its
+        class, or an attribute set on every path; False for one set on none (`if not
+        hasattr(self, "feats"): self.feats = ...` caches on the first call), unless a base
+        class the engine cannot read, or torch.nn.Module's own attributes, may hold it."""
+        cls = self.obj_class.get(a.id) if isinstance(a, Obj) and a.kind in ("instance", "module") else None
+        if cls is None:
+            return None
+        if self.class_lookup(cls, name, st) is not None:
+            return True
+        has = st.surely_has(a.id, name)
+        if has is False and (name.startswith("_") or name in K.MODULE_METHODS or not self.known_bases(cls, st)):
+            return None
+        return has
+
+    def known_bases(self, cls, st, seen=None) -> bool:
+        """Whether every base class of `cls` is one of this program, `object` or `torch.nn.Module`."""
+        seen = seen if seen is not None else set()
+        if cls in seen:
+            return True
+        seen.add(cls)
+        for b in self.bases_of(cls, st):
+            if isinstance(b, Obj) and b.kind == "class":
+                if not self.known_bases(b.id, st, seen):
+                    return False
+            elif not (isinstance(b, Ref) and b.dotted in PLAIN_BASES):
+                return False
+        return True
+
     def known_pairs(self, v, st) -> list | None:
         """The (key, value) pairs of a sequence of pairs known one by one (`named_parameters()`)."""
         items = self.exact_items(v, st) if is_sequence(v) else None
-        pairs = [a.items for p in items or () if len(p) == 1 and isinstance(a := next(iter(p)), Tup) and len(a.items) == 2]
+        pairs = [a.items for p in items or ()
+                 if len(p) == 1 and isinstance(a := next(iter(p)), Tup) and len(a.items) == 2]
         return pairs if items is not None and len(pairs) == len(items) else None
 
     def may_thaw(self, modules, st) -> None:

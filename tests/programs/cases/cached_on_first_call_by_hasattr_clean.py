@@ -1,0 +1,37 @@
+# expect: clean
+# shape: the twin of cached_on_first_call_by_hasattr_crash.py that builds the memory again on every training step (`or self.training`): each backward runs through a graph made in its own step
+import torch
+from torch import nn
+
+
+class MemoryReader(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(dim, dim), nn.Tanh())
+        self.query = nn.Linear(dim, dim)
+
+    def build_memory(self, support):
+        return self.encoder(support)
+
+    def forward(self, x, support):
+        if not hasattr(self, "memory") or self.training:
+            self.memory = self.build_memory(support)
+        attn = torch.softmax(self.query(x) @ self.memory.t(), dim=-1)
+        return attn @ self.memory
+
+
+def train(steps=3):
+    torch.manual_seed(0)
+    model = MemoryReader(6)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    support = torch.randn(10, 6)
+    for _ in range(steps):
+        x = torch.randn(4, 6)
+        loss = model(x, support).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    train()
