@@ -662,6 +662,11 @@ def test_layer_parameter_names_are_torchs(cls_name, ctor, inputs):
         assert own == (list(mi.param_params) if mi.has_params else []), cls_name
 
 
+def test_module_attributes_are_torchs():
+    torch = _torch()
+    assert K.MODULE_ATTRIBUTES == set(dir(torch.nn.Module()))
+
+
 def test_api_names_exist_in_torch():
     torch = _torch()
     import inspect

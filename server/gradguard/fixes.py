@@ -115,20 +115,20 @@ def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> lis
 
 
 def stored_on_attributes(facts: Facts, regions: frozenset) -> list:
-    """Values assigned to an attribute (`self.queue = torch.cat([keys, self.queue])`) that
-    read a tensor carrying one of `regions` (of any iteration), and that nothing reads later
-    in the function: the object outlives the iteration, and so does the graph it holds."""
+    """Assignments of a value to an attribute (`self.queue = torch.cat([keys, self.queue])`,
+    `cached = self._emb = self.embed(x)`) that read a tensor carrying one of `regions` (of any
+    iteration), and that nothing reads later in the function, each with that attribute: the
+    object outlives the iteration, and so does the graph it holds."""
     out = []
     for stmt in facts.nodes(None, ast.Assign):
-        if len(stmt.targets) != 1:
-            continue
-        target = stmt.targets[0]
-        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
-            target = target.value  # `self.memory[idx] = ...`: a memory bank written row by row
-        if isinstance(target, ast.Attribute) and _carries(facts, stmt.value, regions) \
-                and not _read_after(facts, target, stmt):
-            out.append(stmt)
-    return sorted(out, key=position)
+        for target in stmt.targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute):
+                target = target.value  # `self.memory[idx] = ...`: a memory bank written row by row
+            if isinstance(target, ast.Attribute) and _carries(facts, stmt.value, regions) \
+                    and not _read_after(facts, target, stmt):
+                out.append((stmt, target))
+                break
+    return sorted(out, key=lambda pair: position(pair[0]))
 
 
 def lists_on_attributes(facts: Facts, regions: frozenset) -> list:
@@ -191,10 +191,13 @@ def tuple_reentries(facts: Facts, regions: frozenset) -> list:
 
 
 def _carries(facts: Facts, expr, regions: frozenset) -> bool:
-    """Whether `expr` reads a tensor carrying one of `regions` (of any iteration)."""
+    """Whether `expr` reads a tensor carrying one of `regions` (of any iteration), or computes
+    one of them (`self._emb = self.embed(x)`)."""
     sites = _sites(regions)
-    return any(t is not None and sites & _sites(t.regions)
-               for t in (facts.values.get(id(n)) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))))
+    made = {id(facts.regions[r].node) for r in regions if r in facts.regions}
+    return any(id(n) in made or t is not None and sites & _sites(t.regions)
+               for n in ast.walk(expr)
+               for t in [facts.values.get(id(n)) if isinstance(n, (ast.Name, ast.Attribute)) else None])
 
 
 def _read_after(facts: Facts, target: ast.Attribute, stmt: ast.stmt) -> bool:
@@ -515,8 +518,8 @@ def _carried_from_previous_iteration(facts, b, loop):
     for container, value in stored_in_containers(facts, loop, b.freed_hit)[:1]:
         fixes.append(Fix(f"Store `{facts.text(value)}` in `{facts.text(container)}` detached",
                          (edit(facts, "detach", value),)))
-    for stmt in stored_on_attributes(facts, b.freed_hit)[:2]:
-        fixes.append(Fix(f"Store `{facts.text(stmt.targets[0])}` detached", (edit(facts, "detach", stmt.value),)))
+    for stmt, target in stored_on_attributes(facts, b.freed_hit)[:2]:
+        fixes.append(Fix(f"Store `{facts.text(target)}` detached", (edit(facts, "detach", stmt.value),)))
     for stmt, item in lists_on_attributes(facts, b.freed_hit)[:1]:
         # an element is a tensor, or a tuple: `(h, c)` with its names, or one of names not written
         parts = item.elts if isinstance(item, ast.Tuple) else ()

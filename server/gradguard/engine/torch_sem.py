@@ -1429,6 +1429,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return frozenset({Super(fr.self_value, ("class", id(owner)))})
             return UNKNOWN
         attr = literal_of(args[1], str) if len(args) >= 2 else None  # `getattr(self, name)`, `name` known
+        if name == "getattr" and attr is not None and len(args) == 3:  # `getattr(self, "cache", None)`
+            has = {self.has_attribute(a, attr, st) for a in a0}
+            found = self.attribute(a0, attr, st, node) if has != {False} else EMPTY
+            return join(found, args[2]) if has != {True} else found
         if name == "getattr" and attr is not None:
             return self.attribute(a0, attr, st, node)
         if name == "setattr" and len(args) == 3:
@@ -1493,14 +1497,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`hasattr(a, name)` on an object of a class of this program: True for a member of its
         class, or an attribute set on every path; False for one set on none (`if not
         hasattr(self, "feats"): self.feats = ...` caches on the first call), unless a base
-        class the engine cannot read, or torch.nn.Module's own attributes, may hold it."""
+        class the engine cannot read, or torch.nn.Module itself, has it."""
         cls = self.obj_class.get(a.id) if isinstance(a, Obj) and a.kind in ("instance", "module") else None
         if cls is None:
             return None
         if self.class_lookup(cls, name, st) is not None:
             return True
         has = st.surely_has(a.id, name)
-        if has is False and (name.startswith("_") or name in K.MODULE_METHODS or not self.known_bases(cls, st)):
+        if has is False and (name in K.MODULE_ATTRIBUTES or not self.known_bases(cls, st)):
             return None
         return has
 

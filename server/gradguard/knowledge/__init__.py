@@ -68,6 +68,8 @@ torchgen data; never edit by hand)
         calls returning a module that behaves as the one they wrap (DataParallel, torch.compile).
     ``MODULE_METHODS``
         methods only modules have: an imported class whose instance calls one is a module.
+    ``MODULE_ATTRIBUTES``
+        every attribute a module has (`hasattr` of one is not decided by a class's own code).
     ``DISTRIBUTIONS`` (a :class:`Distributions`)
         ``torch.distributions`` objects: which methods carry their parameters' graph.
     ``NUMPY_TO_TORCH`` (a :class:`NumpyToTorch`)
@@ -101,7 +103,7 @@ __all__ = [
     "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
-    "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS",
+    "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS",
 ]
 
@@ -682,6 +684,8 @@ def _api_table(name: str):
         return frozenset(api["module_wrappers"]["names"])
     if name == "MODULE_METHODS":
         return frozenset(api["module_methods"]["names"])
+    if name == "MODULE_ATTRIBUTES":
+        return frozenset(api["module_attributes"]["names"])
     if name == "NUMPY_TO_TORCH":
         t = api["numpy_to_torch"]
         return NumpyToTorch(FrozenMap(t["functions"]), FrozenMap(t["keywords"]), frozenset(t["reductions"]),
