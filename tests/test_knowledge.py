@@ -685,6 +685,10 @@ def test_api_names_exist_in_torch():
         assert hasattr(torch.Tensor, name), name
     for dotted in K.NO_GRAD_CONTEXTS | K.ENABLE_GRAD_CONTEXTS | K.SET_GRAD_ENABLED:
         lookup(dotted)
+    for dotted, mode in K.GRAD_MODE_QUERIES.items():
+        with torch.inference_mode():
+            assert lookup(dotted)() is (mode == "inference"), dotted
+        assert lookup(dotted)() is (mode == "grad"), dotted
     x = torch.ones(1, requires_grad=True)
     for dotted in K.NO_GRAD_CONTEXTS:
         with lookup(dotted)():

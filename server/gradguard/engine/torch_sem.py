@@ -1166,6 +1166,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({GradMode(False, inference=dotted in K.INFERENCE_MODE_CONTEXTS)})
         if dotted in K.ENABLE_GRAD_CONTEXTS:
             return frozenset({GradMode(True)})
+        if dotted in K.GRAD_MODE_QUERIES and not args and not kwargs:
+            # (outside a block the engine saw, inference mode is known not to be on only where grad is)
+            inference = True if self.inference_site() is not None else False if st.grad is True else None
+            mode = st.grad if K.GRAD_MODE_QUERIES[dotted] == "grad" else inference
+            return const(mode) if mode is not None else UNKNOWN
         converted = tensor_from_array(last, array_of(args[0])) if args and array_of(args[0]) else None
         if converted is not None:  # `torch.tensor(points)`, `torch.from_numpy(x)`: the array's shape and dtype
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False

@@ -29,6 +29,8 @@ torchgen data; never edit by hand)
         in-place methods without an out-of-place twin (``zero_``): no `x = x.name()` fix.
     ``NO_GRAD_CONTEXTS`` / ``INFERENCE_MODE_CONTEXTS`` / ``ENABLE_GRAD_CONTEXTS`` / ``SET_GRAD_ENABLED``
         grad-mode switches (dotted names); results under no_grad have no grad_fn.
+    ``GRAD_MODE_QUERIES``
+        calls that read the grad mode (`torch.is_grad_enabled()`): which mode each tells.
     ``OPTIMIZERS`` / ``OPTIMIZER_STEP_METHODS`` / ``ZERO_GRAD_METHODS``
         ``optimizer.step()`` writes every parameter in place: a pending graph that
         saved a weight breaks.
@@ -97,7 +99,7 @@ __all__ = [
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZE_ATTRIBUTES",
     "SIZE_METHODS", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
-    "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
+    "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "GRAD_MODE_QUERIES", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
     "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
     "DEFAULT_FLOAT_FACTORIES",
@@ -623,6 +625,8 @@ def _api_table(name: str):
         return frozenset(api["enable_grad_contexts"]["names"])
     if name == "SET_GRAD_ENABLED":
         return frozenset(api["set_grad_enabled"]["names"])
+    if name == "GRAD_MODE_QUERIES":
+        return FrozenMap(api["grad_mode_queries"]["names"])
     if name == "OPTIMIZERS":
         return frozenset(api["optimizers"]["classes"])
     if name == "OPTIMIZER_STEP_METHODS":
