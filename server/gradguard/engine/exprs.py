@@ -1151,17 +1151,20 @@ class Expressions:
 
 
 _ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-          ast.Mod: operator.mod}
+          ast.Mod: operator.mod, ast.Div: operator.truediv}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
 def _fold(op, left, right):
-    """`(step - 1) % 3` with known numbers (a concrete iteration's counter) is a known number."""
+    """`(step - 1) % 3` with known numbers (a concrete iteration's counter) is a known number,
+    and so is `min(step / warmup, 1.0) * scale` (floats, true division: a schedule's value)."""
     fn = _ARITH.get(type(op))
     a, b = int_of(left), int_of(right)
     if isinstance(op, ast.Mod) and a == 0 and b is None:
         return const(0)  # `i % n_critic` on the first iteration: 0 whatever the (nonzero) number
+    if a is None or b is None or isinstance(op, ast.Div):
+        a, b = literal_of(left, int, float), literal_of(right, int, float)
     if fn is None or a is None or b is None:
         return None
     try:

@@ -67,6 +67,7 @@ class Frame:
         self.raised = False  # a path of this activation ended by such a raise
         self.on_yield = None  # for a `@contextmanager` entered by a `with`: runs its body (see contexts.py)
         self.closed_over = frozenset()  # the names of its function's closure (see `closure`)
+        self.cells: dict = {}  # name -> heap object holding it: a `nonlocal` name (see `closure`)
         self.with_grads = []  # per enclosing `with` of this frame: the grad mode it restores on exit
 
 
@@ -131,6 +132,10 @@ def _walk_own(func):
                 stack.append(d)
             continue
         stack.extend(ast.iter_child_nodes(node))
+
+
+DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
+CELL = "<cell>"  # in a function's closure: the heap object holding a name it declares `nonlocal`
 
 
 class Interpreter(Expressions, TorchSemantics, UserContexts):
@@ -253,7 +258,29 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         local = self.names_of(func)[0]
         free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
         once = self.bound_once(fr.func) | fr.closed_over  # (what the enclosing function itself closed over)
-        return tuple((n, st.env[n]) for n in sorted(free) if n in st.env and n in once)
+        # defaults are evaluated where the function is defined (`lambda x, p=p: f(x, p)` in a loop)
+        a = func.args
+        params = list(a.posonlyargs) + list(a.args)
+        defaults = list(zip(params[len(params) - len(a.defaults):], a.defaults)) + \
+            [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+        return tuple((n, st.env[n]) for n in sorted(free) if n in st.env and n in once) + \
+            tuple((DEFAULT + p.arg, self.literal(d, st)) for p, d in defaults) + self.cells(func, st)
+
+    def cells(self, func, st: State) -> tuple:
+        """The names `func` declares `nonlocal`, each moved into a heap object (a cell) that the
+        enclosing function and every call of `func` read and write (a step counter a schedule
+        closure keeps): `(CELL + name, the cell)`."""
+        fr = self.frame
+        names = sorted({n for node in func.body if isinstance(node, ast.Nonlocal) for n in node.names}) \
+            if not isinstance(func, ast.Lambda) else []
+        out = []
+        for n in names:
+            cell = fr.cells.get(n)
+            if cell is None:
+                cell = fr.cells[n] = Obj(("cell", fr.ctx, id(fr.func), n), "cell")
+                st.heap[cell.id] = {"value": st.env.get(n, UNKNOWN)}
+            out.append((CELL + n, frozenset({cell})))
+        return tuple(out)
 
     def bound_once(self, func) -> frozenset:
         """The names a function binds exactly once and not in a loop: its parameters, and names
@@ -351,6 +378,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             v = st.get_attr(fr.class_obj.id, name)
             if v is not None:
                 return v
+        if name in fr.cells:  # `nonlocal`, or a local a nested function declares so
+            return st.get_attr(fr.cells[name].id, "value") or UNKNOWN
         v = st.env.get(name)  # a local, or a comprehension's variable
         if v is not None:
             return self.imported(name, v, st, None) if self.reads_imports else v
@@ -422,6 +451,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         fr = self.frame
         if fr.class_obj is not None:
             st.set_attr(fr.class_obj.id, name, value)
+        elif name in fr.cells:
+            st.set_attr(fr.cells[name].id, "value", value)
         elif fr.is_module or name in fr.globals_declared:
             st.set_attr(fr.globals, name, value)
         else:
@@ -993,10 +1024,13 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         frame.on_yield, self.pending_yield = self.pending_yield, None
         grad = self.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics)
-        self.bind_params(node, args, kwargs, callee, frame, st)
-        for name, v in func.closure:
+        fixed = {name[len(DEFAULT):]: v for name, v in func.closure if name.startswith(DEFAULT)}
+        self.bind_params(node, args, kwargs, callee, frame, st, fixed)
+        frame.cells = {name[len(CELL):]: next(iter(v)) for name, v in func.closure if name.startswith(CELL)}
+        closure = [(name, v) for name, v in func.closure if not name.startswith((DEFAULT, CELL))]
+        for name, v in closure:
             callee.env.setdefault(name, v)
-        frame.closed_over = frozenset(name for name, _ in func.closure)
+        frame.closed_over = frozenset(name for name, _ in closure)
         # The caller's locals ride in the callee's heap, so that what the call frees or modifies
         # marks them too, path by path (a backward on one branch of the callee is no must fact).
         stash = ("<env>", len(self.frames))
@@ -1062,26 +1096,30 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.region(rid, call_node, (), (), False, carried, modules, certain=t.rg is True)
         return map_tensors(ret, lambda x: replace(x, regions=x.regions | {rid}) if x.rg is not False else x)
 
-    def bind_params(self, node, args, kwargs, st: State, frame: Frame, caller: State) -> None:
+    def bind_params(self, node, args, kwargs, st: State, frame: Frame, caller: State, fixed: dict) -> None:
+        """The callee's parameters; `fixed`: defaults evaluated where the function was defined
+        (those not in it, of a function defined at the top of a module, are read in the caller)."""
         a = node.args
         positional = list(a.posonlyargs) + list(a.args)
         defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
         spread = self.unknown_keywords is not None and self.unknown_keywords is frame.call_node  # `f(**cfg)`
 
-        def default(d):  # a parameter not given a value: its default, unless a `**cfg` may have given one
-            return self.literal(d, caller) if d is not None and not spread else UNKNOWN
+        def default(p, d):  # a parameter not given a value: its default, unless a `**cfg` may have given one
+            if d is None or spread:
+                return UNKNOWN
+            return fixed[p.arg] if p.arg in fixed else self.literal(d, caller)
         for i, p in enumerate(positional):
             if i < len(args):
                 v = args[i]
             elif p.arg in kwargs:
                 v = kwargs.pop(p.arg)
             else:
-                v = default(defaults[i])
+                v = default(p, defaults[i])
             st.env[p.arg] = v
         if a.vararg:
             st.env[a.vararg.arg] = frozenset({Tup(tuple(args[len(positional):]))})
         for p, d in zip(a.kwonlyargs, a.kw_defaults):
-            st.env[p.arg] = kwargs.pop(p.arg, None) or default(d)
+            st.env[p.arg] = kwargs.pop(p.arg, None) or default(p, d)
         if a.kwarg:  # `**items`: a new dict of the keywords left, unless the call spread a dict not known
             st.env[a.kwarg.arg] = UNKNOWN if spread else self.new_dict(
                 a.kwarg, [const(k) for k in kwargs], list(kwargs.values()), st, ctx=frame.ctx)

@@ -347,6 +347,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if v is None or (t is not None and t.rg is False) or (t is None and not extra_rg):
                 continue
             for n in names:
+                if n.startswith("result") and n[6:].isdigit() and int(n[6:]) not in info.differentiable_outputs:
+                    continue  # `topk`, `max(dim)` save their indices: another tensor than the values returned here
                 if n.startswith("result"):
                     saved_objs |= objs
                     saved_names.add("result")
@@ -945,6 +947,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "__setitem__" and len(args) == 2:  # `d.__setitem__(k, v)`, a lambda's way to write `d[k] = v`
             self.set_item(frozenset({obj}), args[0], args[1], st, node, node)
             return NONE
+        if name == "pop" and obj.kind == "list" and strong and (taken := self.pop_known(obj, args, st)) is not None:
+            return taken
         if name in ("pop", "popleft", "remove") and obj.kind == "list":
             self.forget_items(obj, st)  # one item fewer
         if name in ("pop", "popleft", "get", "setdefault", "__getitem__"):
@@ -965,6 +969,20 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.cleared(obj, st, strong)
             return NONE
         return UNKNOWN
+
+    def pop_known(self, obj: Obj, args, st):
+        """`xs.pop()` / `xs.pop(i)` on the one list a name holds, its items known: that item, the
+        others staying known one by one (a cache emptied with `while cache: cache.pop()`)."""
+        items = self.exact_items(frozenset({obj}), st)
+        pos = int_of(args[0]) if args else -1
+        if not items or pos is None or not -len(items) <= pos < len(items) or len(args) > 1:
+            return None
+        pos %= len(items)
+        rest = items[:pos] + items[pos + 1:]
+        self.forget_items(obj, st)  # what it surely holds: no longer the popped item
+        st.set_attr(obj.id, "<items>", frozenset({Tup(rest)}))
+        st.set_attr(obj.id, "<nonempty>", const(True) if rest else UNKNOWN)
+        return items[pos]
 
     def dict_in_order(self, obj: Obj, st) -> list | None:
         """The items of a dict whose keys are all known, in the order they were first set."""
@@ -1421,7 +1439,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return self.apply_op("add", node, [elems, elems], {}, st)
             return frozenset({Num()}) if self.kind(elems) == "number" else UNKNOWN
         if name in ("min", "max"):
-            vals = args if len(args) > 1 else [self.iter_elements(a0, st)]
+            vals = args if len(args) > 1 else self.exact_items(a0, st) or [self.iter_elements(a0, st)]
+            known = [literal_of(v, int, float) for v in vals]
+            if None not in known and not kwargs:  # `min(step / warmup, 1.0)` of known numbers
+                return const(min(known) if name == "min" else max(known))
             return join_all(vals)
         if name == "isinstance" and len(args) == 2:
             t = self.isinstance_truth(a0, args[1], st)
