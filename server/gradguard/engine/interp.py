@@ -637,12 +637,42 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
 
     def stmt_If(self, s, st):
         truth = self.test_truth(s.test, st)
+        empty = self.empty_branch(s.test, st) if truth is None else None
         then_st = else_st = None
         if truth is not False:
-            then_st = self.exec_block(s.body, self.narrow(s.test, st.copy(), True))
+            then_st = self.narrow(s.test, st.copy(), True)
+            then_st.weak |= empty is True
+            then_st = self.exec_block(s.body, then_st)
         if truth is not True:
-            else_st = self.exec_block(s.orelse, self.narrow(s.test, st.copy(), False))
+            else_st = self.narrow(s.test, st.copy(), False)
+            else_st.weak |= empty is False
+            else_st = self.exec_block(s.orelse, else_st)
         return join_states(then_st, else_st)
+
+    def empty_branch(self, test, st):
+        """Which branch of a test of a tensor's emptiness runs on an empty one (True: the `if`,
+        False: the `else`), when its size is not known (`if idx.numel() == 0: continue`), None
+        for any other test.  That path is analysed, but only may facts come of it: an expert
+        that receives no token is no real path to reason about, as a loop that never runs."""
+        positive = True
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, positive = test.operand, False
+        elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value == 0 and isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Gt)):
+            test, positive = test.left, not isinstance(test.ops[0], ast.Eq)
+        base = None
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) \
+                and test.func.attr in ("numel", "nelement"):
+            base = test.func.value
+        elif isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "len" and test.args:
+            base = test.args[0]
+        elif isinstance(test, ast.Subscript) and isinstance(test.value, ast.Attribute) and test.value.attr == "shape":
+            base = test.value.value
+        elif isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "size" \
+                and test.args:
+            base = test.func.value
+        t = tensor_of(self.peek(base, st)) if isinstance(base, (ast.Name, ast.Attribute)) else None
+        return None if t is None or t.shape is not None and None not in t.shape else not positive
 
     def stmt_Match(self, s, st):
         self.eval(s.subject, st)
@@ -1003,7 +1033,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def call_function(self, func: Func, args, kwargs, st: State, call_node, root=False):
         node = func.node
         self.analysed_funcs.add(node)
-        if node in self.active_calls or len(self.active_calls) >= self.limits.call_depth or \
+        depth = sum(1 for n in self.active_calls if not _forwards(n))  # a forwarder adds no depth of its own
+        if node in self.active_calls or depth >= self.limits.call_depth or \
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             # Not followed: its result is unknown (helpers like repackage_hidden detach), and so
             # are the attributes it may have given the objects it got (`self.clear()` making lists).
@@ -1023,7 +1054,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         frame.call_node = call_node
         frame.on_yield, self.pending_yield = self.pending_yield, None
         grad = self.grad_funcs.get(node, st.grad)
-        callee = State({}, st.heap, grad, st.statics)
+        callee = State({}, st.heap, grad, st.statics, st.weak)
         fixed = {name[len(DEFAULT):]: v for name, v in func.closure if name.startswith(DEFAULT)}
         self.bind_params(node, args, kwargs, callee, frame, st, fixed)
         frame.cells = {name[len(CELL):]: next(iter(v)) for name, v in func.closure if name.startswith(CELL)}
@@ -1172,6 +1203,15 @@ def _may_switch_grad(expr) -> bool:
 def _expects_error(expr) -> bool:
     name = _called_name(expr)
     return name.startswith("assertRaises") or name == "raises"
+
+
+def _forwards(node) -> bool:
+    """Whether a function only passes its arguments on: a lambda, or a def whose body is one
+    `return` of a call (`lambda t, y: func(t, y)`, `def my_func(self, x): return self.net(x)`)."""
+    if isinstance(node, ast.Lambda):
+        return True
+    body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call)
 
 
 def _has_jumps(body) -> bool:

@@ -26,16 +26,19 @@ class State:
     class bodies are bound once, and keeping them out of the heap keeps joins cheap.  It
     also holds the sites whose lists and dicts escaped (`ESCAPED`)."""
 
-    __slots__ = ("env", "heap", "grad", "statics")
+    __slots__ = ("env", "heap", "grad", "statics", "weak")
 
-    def __init__(self, env: dict, heap: dict, grad, statics: dict):
+    def __init__(self, env: dict, heap: dict, grad, statics: dict, weak: bool = False):
         self.env = env
         self.heap = heap
         self.grad = grad  # grad mode: True (enabled), False (no_grad), None (unknown)
         self.statics = statics
+        # a path taken only where data is empty (`if idx.numel() == 0: continue`): it adds may
+        # facts to the joins it reaches, as a loop's later iterations do (see `join_states`)
+        self.weak = weak
 
     def copy(self) -> "State":
-        return State(dict(self.env), dict(self.heap), self.grad, self.statics)
+        return State(dict(self.env), dict(self.heap), self.grad, self.statics, self.weak)
 
     def __eq__(self, other):
         return (isinstance(other, State) and self.grad == other.grad and self.env == other.env
@@ -138,7 +141,8 @@ def join_states(a: State | None, b: State | None) -> State | None:
         # a local bound on one side only may be unbound after the join
         unbound = a.env.keys() ^ b.env.keys() | maybe_unbound(a) | maybe_unbound(b)
         env[MAYBE_UNBOUND] = const(frozenset(unbound - {MAYBE_UNBOUND}))
-    return State(env, heap, tri_join(a.grad, b.grad), a.statics)
+    out = State(env, heap, tri_join(a.grad, b.grad), a.statics, a.weak and b.weak)
+    return adopt_sure(out, b if a.weak else a) if a.weak != b.weak else out
 
 
 MAYBE_UNBOUND = "<maybe unbound>"  # in a frame's env: the locals bound on some paths only

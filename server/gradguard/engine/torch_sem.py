@@ -30,7 +30,7 @@ from gradguard.engine.state import (
 )
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
-    GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of,
+    Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of,
     is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of,
     str_method, tensor_of,
 )
@@ -866,12 +866,18 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`Spike.apply(x, slope)` of a custom `torch.autograd.Function`: one op on its tensor
         arguments, whose result requires grad when one of them does and carries their graphs;
         it saves them when its `forward` calls `ctx.save_for_backward` (what backward does
-        with them is its own code)."""
+        with them is its own code).  Its `forward` runs too, with grad off, as torch runs it:
+        what it does to the objects it is given (an ODE solver's function) happens."""
+        cls = self.class_nodes.get(cls_id)
+        forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None) \
+            if cls is not None else None
+        if forward is not None:
+            self.grad_funcs[forward] = False
+            self.call_function(Func(forward, kind="staticmethod"), [UNKNOWN, *args], {}, st, node)
         tensors = [v for v in args if tensor_of(v) is not None]
         if not tensors or any(tensor_of(v) is None and not isinstance(next(iter(v), None), (Const, Num))
                               for v in args):
             return self.call_unknown(args, {}, st, node)
-        cls = self.class_nodes.get(cls_id)
         saves = cls is not None and any(isinstance(n, ast.Attribute) and n.attr == "save_for_backward"
                                         for n in ast.walk(cls))
         if saves and st.grad is True and self.inference_site() is None and any(_requires_grad(v) is True
