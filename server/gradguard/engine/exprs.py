@@ -430,7 +430,9 @@ class Expressions:
                     # one frozen among trainable ones (`conv.weight = nn.Parameter(w, requires_grad=False)`)
                     # leaves the module's one flag not known
                     st.set_attr(obj.id, name, frozenset({Tensor(rg=t.rg, leaf=True, deps=frozenset(),
-                                                                objs=t.objs | {("params", obj.id)})}))
+                                                                objs=t.objs | {("params", obj.id)},
+                                                                shape=t.shape, dtype=t.dtype,
+                                                                ident=("param", obj.id, name))}))
                     if t.rg is None or t.rg != self.module_rg(obj, st):
                         st.set_attr(obj.id, "<rg>", UNKNOWN)
         t = tensor_of(base)

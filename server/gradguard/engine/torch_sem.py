@@ -626,7 +626,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
             return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference,
-                                     deps=frozenset())})
+                                     deps=frozenset(), shape=t.shape, dtype=t.dtype)})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
             return self.view_of(v, node, st)
         if name == "requires_grad":
@@ -1375,6 +1375,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def call_builtin(self, name, args, kwargs, st, node):
         a0 = args[0] if args else UNKNOWN
+        if name in ("any", "all") and len(args) == 1 and (items := self.exact_items(a0, st)) is not None:
+            truths = [self.truth_of(i, st) for i in items]  # `any(nd in name for nd in no_decay)`
+            if (True if name == "any" else False) in truths:
+                return const(name == "any")
+            if None not in truths:
+                return const(name == "all")
         if name == "len" and (size := self.known_len(a0, st)) is not None:
             return const(size)
         if name == "len" and array_of(a0) is not None and array_of(a0).shape and array_of(a0).shape[0] is not None:
