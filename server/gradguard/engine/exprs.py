@@ -520,12 +520,15 @@ class Expressions:
         return [o if o else UNKNOWN for o in outs]
 
     def exact_items(self, v, st):
-        """The exact elements of a short literal sequence, or None if not known."""
+        """The exact elements of a short literal sequence (the keys of a dict), or None if not known."""
         if len(v) != 1:
             return None
         (a,) = tuple(v)
         if isinstance(a, Tup):
             return a.items
+        if isinstance(a, Obj) and a.kind == "dict" and st is not None:  # iterating a dict: its keys
+            known = self.dict_in_order(a, st)
+            return tuple(const(k) for k, _ in known) if known is not None else None
         if isinstance(a, Obj) and st is not None:
             items = st.get_attr(a.id, "<items>")
             if items is not None and len(items) == 1:

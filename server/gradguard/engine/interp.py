@@ -292,7 +292,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
                 if a:
                     counts[a.arg] = counts.get(a.arg, 0) + 1
-            stack = [(s, False) for s in func.body]
+            stack = [(s, False) for s in (func.body if not isinstance(func, ast.Lambda) else [func.body])]
             while stack:
                 node, looped = stack.pop()
                 names = [node.id] if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) else \

@@ -943,10 +943,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.dict_lookup(obj, name, args, st, strong)
         if obj.kind == "dict" and name == "copy":
             return self.new_dict(node, [EMPTY], [frozenset({obj})], st)
-        if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "update", "clear", "__setitem__"):
+        if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "clear", "__setitem__"):
             st.set_attr(obj.id, "<keyset>", UNKNOWN)
-            if name != "update":  # (its items are written one by one, see `dict_update`)
-                self.vars_written(obj, None, UNKNOWN, st)
+            self.vars_written(obj, None, UNKNOWN, st)
         if name in ("append", "add", "insert", "appendleft", "extend"):
             self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
             return NONE
@@ -1013,10 +1012,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`d.update(other, **kwargs)`: each item of `other` (a dict whose keys are known), then
         each keyword, replaces the one under its key; an item not known by key may replace any."""
         dicts = objs_of(other, "dict")
-        keys = self.keyset(dicts[0], st) if len(other) == 1 and len(dicts) == 1 else None
-        if keys is not None:
-            items = [(k, st.get_attr(dicts[0].id, item_attr(k)) or UNKNOWN) for k in keys]
-        else:
+        items = self.dict_in_order(dicts[0], st) if len(other) == 1 and len(dicts) == 1 else None  # in its order
+        if items is None:
             items = [(None, join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in dicts) if dicts else UNKNOWN)]
         for key, v in (items if other else []) + list(kwargs.items()):
             st.set_attr(obj.id, "<elems>", v, strong=False)
@@ -1046,15 +1043,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def dict_lookup(self, obj, name, args, st, strong):
         """`d.get(k)`, `d.pop(k, None)`, `d.setdefault(k, v)`: the item under a key the dict
-        surely has; the default (None unless given) under one it surely lacks; otherwise either,
-        so that `cache.get(k) is not None` is not taken to hold.  `setdefault` stores the default
+        surely has; the default (None unless given) under one it surely lacks; otherwise either
+        (the item stored under that key, if one was), so that `cache.get(k) is not None` is not
+        taken to hold.  `setdefault` stores the default
         under a key it lacks, `pop` removes the key (on the one dict a name surely holds, `strong`;
         on one of several, the keys are no longer known)."""
         default = args[1] if len(args) > 1 else (EMPTY if name == "pop" else NONE)  # `pop(k)` raises instead
         elems = st.get_attr(obj.id, "<elems>") or UNKNOWN
         key, keys = item_key(args[0]), self.keyset(obj, st)
         has = None if key is None or keys is None else key in keys
-        out = default if has is False else st.get_attr(obj.id, item_attr(key)) or elems if has else join(elems, default)
+        item = st.get_attr(obj.id, item_attr(key)) if key is not None else None  # what was stored under it
+        out = default if has is False else item or elems if has else join(item or elems, default)
         if name == "setdefault" and has is not True:
             st.set_attr(obj.id, "<elems>", join(elems, default))
             if key is None:
