@@ -831,7 +831,8 @@ def test_shape_methods_and_ranges_match_torch():
         given = frozenset({Tup(tuple(map(const, size)))}) if isinstance(size, tuple) else const(size)
         got = pieces((4, 6, 16), name, {"split_size" if name == "split" else "chunks": given, "dim": const(dim)})
         assert got == [tuple(p.shape) for p in getattr(torch.zeros(4, 6, 16), name)(size, dim)], (name, size, dim)
-    for last, args in [("arange", (10,)), ("arange", (2, 10, 3)), ("arange", (5, 1, -2)), ("linspace", (0, 1, 7))]:
+    for last, args in [("arange", (10,)), ("arange", (2, 10, 3)), ("arange", (5, 1, -2)), ("linspace", (0, 1, 7)),
+                       ("randperm", (6,))]:
         got = Shapes.factory_shape(None, last, [const(a) for a in args], {}, None)
         assert got == tuple(getattr(torch, last)(*args).shape), (last, args)
 

@@ -108,6 +108,8 @@ NO_FIX = {
                                                              "list should hold is the user's choice",
     "function_forward_runs_without_grad_crash.py": "a custom Function's forward runs without grad: turning it on "
                                                    "there, on a copy that requires grad, is more than one edit",
+    "edge_data_popped_by_key_crash.py": "the attention is computed from raw features: which tensor it should "
+                                        "read is the user's choice",
     "state_restore_between_steps_crash.py": "load_state_dict overwrites every parameter: whether the restore should "
                                             "go, or move before the graph is built, is the user's choice",
 }

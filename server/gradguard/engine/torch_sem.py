@@ -1484,6 +1484,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(float(literal_of(a0, int, float, bool)))
         if name in ("bool", "int") and len(args) == 1 and literal_of(a0, int, float, bool) is not None:
             return const({"bool": bool, "int": int}[name](literal_of(a0, int, float, bool)))  # `bool(args.flag)`
+        if name in ("float", "int", "bool"):  # whatever it converts: a number, no tensor (`int(rng.integers(n))`)
+            return frozenset({Num()})
         if name == "print":
             return NONE
         if name == "vars" and len(args) == 1:
