@@ -45,7 +45,8 @@ class Datasets:
         parts = elem.items if isinstance(elem, Tup) else (frozenset({elem}),) if isinstance(elem, Tensor) else None
         if parts is None or any(tensor_of(p) is None or len(p) != 1 for p in parts):
             return UNKNOWN
-        batches = tuple(self.batch_of(tensor_of(p), None) for p in parts)
+        rows = [tensor_of(p) for p in parts]  # stacked: a batch of the rows' shape, of a size not known
+        batches = tuple(self.batch_of(t, (None,) + t.shape if t.shape is not None else None) for t in rows)
         drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
         nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
         return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,

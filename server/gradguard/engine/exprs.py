@@ -18,7 +18,7 @@ from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
-    STR_METHODS, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
@@ -611,6 +611,8 @@ class Expressions:
         return out if out else UNKNOWN
 
     def object_attribute(self, obj: Obj, name, st, node):
+        if obj.kind == "class" and name == "__name__" and obj.id in self.class_nodes:  # a registry's key
+            return const(self.class_nodes[obj.id].name)
         v = st.get_attr(obj.id, name)
         if v is not None and obj.kind != "class":
             return v
@@ -1165,6 +1167,9 @@ def _fold(op, left, right):
     """`(step - 1) % 3` with known numbers (a concrete iteration's counter) is a known number,
     and so is `min(step / warmup, 1.0) * scale` (floats, true division: a schedule's value)."""
     fn = _ARITH.get(type(op))
+    if isinstance(op, ast.Add) and literal_of(left, str) is not None and literal_of(right, str) is not None:
+        out = literal_of(left, str) + literal_of(right, str)  # `"Conv" + str(d) + "d"`, a name looked up
+        return const(out) if len(out) <= MAX_TEXT else None
     a, b = int_of(left), int_of(right)
     if isinstance(op, ast.Mod) and a == 0 and b is None:
         return const(0)  # `i % n_critic` on the first iteration: 0 whatever the (nonzero) number

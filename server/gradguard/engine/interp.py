@@ -786,8 +786,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     stmt_AsyncFunctionDef = stmt_FunctionDef
 
     def stmt_ClassDef(self, s, st):
-        for d in s.decorator_list:
-            self.definition(d, st)
+        decorators = [(d, self.definition(d, st)) for d in s.decorator_list]
         bases = [self.definition(b, st) for b in s.bases]
         cls = Obj(("class", id(s)), "class")
         self.class_nodes[cls.id] = s
@@ -802,7 +801,12 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 self.dataclass_fields[cls.id] = tuple(f for a in s.body if (f := self.dataclass_field(a, st)))
         finally:
             self.frames.pop()
-        self.bind(s.name, frozenset({cls}), st)
+        value = frozenset({cls})
+        for d, dv in reversed(decorators):  # `@MODELS.register_module()` of the project: it runs, with the class
+            if dv and all(isinstance(a, Func) for a in dv):
+                out = self.call_value(dv, [value], {}, st, d)
+                value = out if out and all(isinstance(a, Obj) and a.kind == "class" for a in out) else value
+        self.bind(s.name, value, st)
         return st
 
     def is_dataclass_decorator(self, d, st) -> bool:

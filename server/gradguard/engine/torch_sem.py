@@ -1486,6 +1486,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const({"bool": bool, "int": int}[name](literal_of(a0, int, float, bool)))  # `bool(args.flag)`
         if name in ("float", "int", "bool"):  # whatever it converts: a number, no tensor (`int(rng.integers(n))`)
             return frozenset({Num()})
+        if name == "str" and len(args) == 1 and (known := literal_of(a0, str, int, bool)) is not None:
+            return const(str(known))  # `"BatchNorm" + str(dims) + "d"`
         if name == "print":
             return NONE
         if name == "vars" and len(args) == 1:

@@ -403,6 +403,7 @@ def map_tensors(v: frozenset, fn) -> frozenset:
 STR_METHODS = frozenset({
     "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "replace", "split", "rsplit", "find",
     "rfind", "count", "isdigit", "isalpha", "isnumeric", "removeprefix", "removesuffix", "partition", "rpartition",
+    "format", "capitalize", "title", "casefold", "zfill", "join",
 })
 
 
@@ -415,7 +416,7 @@ def str_method(text: str, name: str, args) -> frozenset:
         return UNKNOWN
     try:
         out = getattr(text, name)(*values)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, LookupError):  # `"{name}".format()`: a KeyError
         return UNKNOWN
     if isinstance(out, (list, tuple)):
         return frozenset({Tup(tuple(const(x) for x in out))}) if sum(map(len, out)) <= MAX_TEXT else UNKNOWN
