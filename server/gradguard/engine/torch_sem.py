@@ -654,6 +654,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 mark_flag_set(st, t, flag)
             self.rebind(target.value, new, st)
             self.set_parameters_rg(t, const(flag) if flag is not None else UNKNOWN, st)
+        elif name == "data" and len(base) == 1 and (vt := tensor_of(v)) is not None and len(v) == 1:
+            # `p.data = v`: the same tensor object, holding v's values: of v's dtype and shape, and an
+            # inference tensor if v is one (a weight gathered under inference mode, kept for training)
+            self.rebind(target.value, frozenset({replace(t, inference=vt.inference, dtype=vt.dtype, shape=vt.shape)}),
+                        st)
         elif name == "grad":
             self.note_event("zero_grad", target)
             if v != NONE:  # `p.grad = torch.zeros_like(p)`: set, but not from a backward we can see
