@@ -83,16 +83,17 @@ class State:
         return None if name in maybe_absent(attrs) else name in attrs
 
 
-# On an object's heap entry: the attributes set on some paths only (a plain frozenset of names).
+# On an object's heap entry: the names of the attributes set on some paths only (one constant).
 MAYBE_ABSENT = "<maybe absent>"
+
+# On a module's heap entry: the parameters whose flag was set one by one (`lin.weight.requires_grad
+# = False`), each name with its flag, as one constant; none until then.
+RG_BY_NAME = "<rg by name>"
+NO_FLAGS = const(frozenset())
 
 # Heap attributes whose absence means a value: a module's `<rg>` is True until frozen, so a
 # module frozen on one path only is possibly trainable after the join (absent elsewhere, an
 # attribute is one never set, and the other path's value stands).
-# Parameters whose flag was set one by one (`lin.weight.requires_grad = False`): the name of
-# each, with its flag, as one constant; none until then.
-RG_BY_NAME = "<rg by name>"
-NO_FLAGS = const(frozenset())
 ABSENT_MEANS = {"<rg>": const(True), RG_BY_NAME: NO_FLAGS}
 
 
