@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import replace
 
 from gradguard import knowledge as K
@@ -190,6 +191,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.caller_unknown = False
         self.one_of_several = False  # a call runs on one alternative of what it calls (see `alternatives`)
         self.default_dtype_set = False  # `torch.set_default_dtype` seen: float factories' dtype not known
+        # factories make CPU tensors unless the program sets another default device somewhere
+        self.default_cpu = "set_default_device" not in source and re.search(r"with\s+torch\.device\b", source) is None
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
         self.inference_sites: list = []  # the inference_mode blocks being executed (see `stmt_With`)
         self.entered_modes: list = []  # grad modes entered by `mode.__enter__()`: what `__exit__` restores

@@ -741,6 +741,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return frozenset({Array(shape=t.shape, dtype=t.dtype)})
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
+        if name in ("to", "cpu", "cuda") and len(v) == 1 and t.device is not None \
+                and self.conversion_device(name, args, kwargs) == t.device \
+                and self.converted_dtype(name, args, kwargs) in (None, t.dtype) \
+                and (name != "to" or len(args) <= 1) and self.truth_of(kwargs.get("copy", const(False))) is False:
+            return v  # to the device it is on, in its dtype: the tensor itself (an inference tensor stays one)
         if name in CONVERSIONS:
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
             inference = self.inference_site() if t.inference is not None else None
@@ -767,6 +772,21 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    @staticmethod
+    def device_named(v) -> str | None:
+        """"cpu" or "cuda" for a device given by name (`"cuda:0"`, `torch.device("cpu")`), else None."""
+        name = literal_of(v, str) if v else None
+        kind = name.split(":")[0] if name is not None else None
+        return kind if kind in ("cpu", "cuda") else None
+
+    def conversion_device(self, name, args, kwargs) -> str | None:
+        """The device `.cpu()`, `.cuda()` or `.to(device)` moves a tensor to, when known by name
+        (`x.to(y)` also takes y's dtype: not known here)."""
+        if name in ("cpu", "cuda"):
+            return name if name == "cpu" or not args else None
+        given = kwargs.get("device", args[0] if args else None)
+        return self.device_named(given) if given is not None and tensor_of(given) is None else None
 
     def identity(self, v) -> tuple | None:
         """Which one object `v` surely is (a tensor made here, an object), for `id(v)`; None when
@@ -1264,7 +1284,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                  if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
                  and tensor_of(args[0]) is not None else None)
-            return frozenset({replace(tensor_of(made), dtype=dtype)}) if dtype else made
+            device = self.device_named(kwargs["device"]) if "device" in kwargs else "cpu" if self.default_cpu else None
+            return frozenset({replace(tensor_of(made), dtype=dtype or tensor_of(made).dtype, device=device)})
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
@@ -1275,6 +1296,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.tensor_dataset(args, st, node)
         if dotted in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
             return self.data_loader(args, kwargs, st, node)
+        if last == "device" and len(args) == 1 and (named := self.device_named(args[0])) is not None:
+            return const(named)  # `torch.device("cpu")`: the device, as its name
         if "lr_scheduler" in dotted or last in ("manual_seed", "device", "is_available", "set_printoptions",
                                                 "seed", "set_default_dtype", "DataLoader", "TensorDataset"):
             return UNKNOWN

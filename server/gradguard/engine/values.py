@@ -71,6 +71,7 @@ class Tensor:
     # requires_grad changes for every name of it; None when not known
     ident: Optional[tuple] = None
     batch: bool = False  # a DataLoader's batch: made when a loop reads it, in the mode there (see `batch_read`)
+    device: Optional[str] = None  # "cpu" or "cuda" when surely there (a factory's, a conversion's)
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -298,7 +299,7 @@ def join_tensors(ts: list) -> Tensor:
                   _tri_join_all(t.inference for t in ts),
                   None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)),
                   _tri_join_all(t.shape for t in ts), _tri_join_all(t.dtype for t in ts),
-                  _tri_join_all(t.ident for t in ts))
+                  _tri_join_all(t.ident for t in ts), device=_tri_join_all(t.device for t in ts))
 
 
 MAX_ATOMS = 12
