@@ -1908,6 +1908,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in ("cuda", "cpu", "apply"):
             return frozenset({m})
         if name == "register_buffer" and len(args) >= 2:
+            persistent = kwargs.get("persistent", args[2] if len(args) > 2 else const(True))
+            if self.truth_of(persistent) is not True:  # not in the state dict: `load_state_dict` leaves it
+                st.set_attr(m.id, "<transient buffers>", const(True))
             known = self.registered_buffers(m, st)
             st.set_attr(m.id, "<buffers>", frozenset({Tup(known + (args[1],))}) if known is not None else UNKNOWN)
         if name in ("register_buffer", "register_parameter", "add_module") and len(args) >= 2 \
@@ -1955,7 +1958,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return
         objs = frozenset(("params", x.id) for x in self.submodules(m, st)) | \
             frozenset(o for b in self.buffers(m, st) if (t := tensor_of(b)) is not None for o in t.objs)
-        self.version_bump(node, objs, st, objs if flag("strict", 1, True) is True else frozenset())
+        strict = flag("strict", 1, True) is True
+        self.version_bump(node, objs, st, objs if strict else frozenset())
+        for x in self.submodules(m, st) if strict else ():  # each written in place: an inference tensor refuses
+            saved = [] if st.get_attr(x.id, "<transient buffers>") else self.registered_buffers(x, st) or []
+            for v in [self.param_value(x, st), *saved]:  # (a buffer not in the state dict is not written)
+                self.inplace_inference(node, None, v)
 
     def convert_module(self, m: Obj, name, args, kwargs, st, strong):
         """`model.to(torch.bfloat16)`, `model.half()`: each layer's parameters get the dtype.  A layer
