@@ -349,7 +349,7 @@ class Expressions:
         exact = self.exact_comprehension(node, it, st, [node.elt])
         if exact is not None:
             items = tuple(v for v, in exact)
-            return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=items)
+            return self.known_sequence(items, st, node)
         (v,) = self.comprehension(node, st, [node.elt], first=it)
         return self.make_sequence(v, st, node, nonempty=None)
 
@@ -577,6 +577,11 @@ class Expressions:
                 return False
         return True
 
+    def known_sequence(self, items, st, node):
+        """A new list of these items, known one by one."""
+        items = tuple(items)
+        return self.make_sequence(join_all(items), st, node, nonempty=bool(items), items=items)
+
     def make_sequence(self, elem, st, node, nonempty=None, items=None):
         obj = Obj(self.container_id("list", node), "list")
         attrs = {"<elems>": elem if elem else EMPTY, HELD: HELD_NOTHING}
@@ -682,7 +687,7 @@ class Expressions:
         if items is None or unknown or bounds[2] == 0:
             return frozenset({lst})
         sliced = items[slice(*bounds)]
-        return self.make_sequence(join_all(sliced) if sliced else EMPTY, st, node, nonempty=bool(sliced), items=sliced)
+        return self.known_sequence(sliced, st, node)
 
     def subscript(self, base, index, st, node):
         out = EMPTY

@@ -178,6 +178,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.sites = binder.functions(tree)
         self.owner_of = {f.node: f.owner for f in self.sites}
         self.statefulness = None  # a binder.Statefulness, made when the first loop runs
+        self.counter_moduli: dict = {}  # loop node -> the `k` of its `counter % k` tests (see `counter_period`)
         self.stateful_loops: dict = {}  # loop node -> whether its iterations are worth running one by one
         # Work bound: statements interpreted.  Past it, calls are no longer followed into their
         # bodies and loops take two rounds, so huge files degrade in precision, not in time.
@@ -890,24 +891,29 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         backward or a step (`if (t + 1) % k == 0: loss.backward()`, truncated backpropagation,
         gradient accumulation), None if there is none: what the second time that branch runs
         meets (a graph its first time freed) happens at an iteration past the first two."""
+        moduli = self.counter_moduli.get(s)
+        if moduli is None:
+            moduli = self.counter_moduli[s] = self.moduli_of(s)
+        periods = [k for k in (int_of(self.peek(m, st)) for m in moduli) if k is not None and 2 <= k <= 16]
+        return max(periods, default=None)
+
+    def moduli_of(self, s) -> tuple:
+        """The `k` nodes of the tests `counter % k` in a loop's body whose branch runs a backward or
+        a step (read once per loop: the values of `k` are read in each state)."""
         names = {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)}
         stateful = self.loop_statefulness(self.frame.module)
-        best = None
+        out = []
         todo = list(s.body)
         while todo:
             node = todo.pop()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
             todo += ast.iter_child_nodes(node)
-            if not isinstance(node, ast.If) or not stateful.touches(node):
-                continue
-            for mod in ast.walk(node.test):
-                if isinstance(mod, ast.BinOp) and isinstance(mod.op, ast.Mod) \
-                        and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(mod.left)):
-                    k = int_of(self.peek(mod.right, st))
-                    if k is not None and 2 <= k <= 16:
-                        best = max(best or k, k)
-        return best
+            if isinstance(node, ast.If) and stateful.touches(node):
+                out += [mod.right for mod in ast.walk(node.test) if isinstance(mod, ast.BinOp)
+                        and isinstance(mod.op, ast.Mod)
+                        and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(mod.left))]
+        return tuple(out)
 
     def item_now(self, it, i, st):
         """The `i`th item of the sequence a loop runs over, as it is now: the body may have

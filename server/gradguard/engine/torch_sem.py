@@ -1031,7 +1031,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return None
         vals = [frozenset({Tup((const(k), v))}) if name == "items" else v if name == "values" else const(k)
                 for k, v in known]
-        return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals), items=tuple(vals))
+        return self.known_sequence(vals, st, node)
 
     def dict_update(self, obj: Obj, other, kwargs, st) -> None:
         """`d.update(other, **kwargs)`: each item of `other` (a dict whose keys are known), then
@@ -1434,7 +1434,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             items = self.exact_items(a0, st) if start is not None else None
             if items is not None:  # over known items: each pair known
                 pairs = tuple(frozenset({Tup((const(start + i), item))}) for i, item in enumerate(items))
-                return self.make_sequence(join_all(pairs), st, node, nonempty=bool(pairs), items=pairs)
+                return self.known_sequence(pairs, st, node)
             seq = self.make_sequence(frozenset({Tup((frozenset({Num()}), self.iter_elements(a0, st)))}), st, node,
                                      nonempty=self.is_nonempty(a0, st) or None)
             if start is not None:
@@ -1444,7 +1444,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             columns = [self.exact_items(a, st) for a in args]
             if args and None not in columns:  # over known items: each tuple known
                 rows = tuple(frozenset({Tup(row)}) for row in zip(*columns))
-                return self.make_sequence(join_all(rows), st, node, nonempty=bool(rows), items=rows)
+                return self.known_sequence(rows, st, node)
             return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
             src = args[-1] if name == "filter" and args else a0
@@ -1463,8 +1463,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             try:
                 if items is not None and len(items) <= 16:  # a short known sequence: each item mapped
                     mapped = tuple(self.call_value(args[0], [item], {}, st, node) for item in items)
-                    return self.make_sequence(join_all(mapped), st, node, nonempty=bool(mapped) or None,
-                                              items=mapped)
+                    return self.known_sequence(mapped, st, node)
                 elems = self.iter_elements(args[1], st)
                 result = self.call_value(args[0], [elems], {}, st, node)
             finally:
@@ -1506,8 +1505,6 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             truths = {self.has_attribute(a, attr, st) for a in a0}
             if len(truths) == 1 and None not in truths:
                 return const(truths.pop())
-        if name in ("float", "int", "bool") and tensor_of(a0) is not None:
-            return frozenset({Num()})
         if name == "float" and literal_of(a0, int, float, bool) is not None:  # `float(fill)`: a float, for dtypes
             return const(float(literal_of(a0, int, float, bool)))
         if name in ("bool", "int") and len(args) == 1 and literal_of(a0, int, float, bool) is not None:
@@ -1863,12 +1860,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if any(self.module_kind.get(x.id) == "opaque" for x in self.submodules(m, st)):
                 return self.make_sequence(UNKNOWN, st, node)  # buffers the engine cannot see
             items = self.buffers(m, st)
-            return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=tuple(items))
+            return self.known_sequence(items, st, node)
         if name == "named_parameters":
             named = self.named_parameters(m, st) if not args and not kwargs else None
             if named is not None:  # each one known, with its name: a loop over them runs on each
                 vals = [frozenset({Tup((const(n), v))}) for n, v in named]
-                return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
+                return self.known_sequence(vals, st, node)
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
         if name in ("modules", "children", "named_modules", "named_children"):
@@ -1876,14 +1873,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if named is not None:  # each one known, with its name: a loop over them runs on each
                 vals = [frozenset({Tup((const(n), frozenset({x})))}) if name.startswith("named_") else frozenset({x})
                         for n, x in named]
-                return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
+                return self.known_sequence(vals, st, node)
             mods = self.submodules(m, st)
             if name in ("children", "named_children"):
                 mods = mods[1:]
             vals = [frozenset({x}) for x in mods]
             if name.startswith("named_"):
                 vals = [frozenset({Tup((UNKNOWN, v))}) for v in vals]
-            return self.make_sequence(join_all(vals), st, node, nonempty=bool(vals) or None, items=tuple(vals))
+            return self.known_sequence(vals, st, node)
         if name == "zero_grad":
             self.note_event("zero_grad", node)
             self.clears_grads(kwargs, st, frozenset(("params", x.id) for x in self.submodules(m, st)))

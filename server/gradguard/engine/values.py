@@ -408,11 +408,12 @@ STR_METHODS = frozenset({
 })
 
 
+MAX_TEXT = 4096  # characters of a string folded (`"x".replace("", ...)` grows)
+
+
 def str_method(text: str, name: str, args) -> frozenset:
     """`text.name(*args)` when the arguments are known strings, numbers or tuples of strings."""
-    values = [literal_of(v, str, int) if not (len(v) == 1 and isinstance(next(iter(v)), Tup)) else
-              tuple(literal_of(x, str) for x in next(iter(v)).items) for v in args]
-    values = [None if isinstance(v, tuple) and None in v else v for v in values]
+    values = [_str_argument(v) for v in args]
     if any(v is None for v in values) or name not in STR_METHODS:
         return UNKNOWN
     try:
@@ -424,4 +425,11 @@ def str_method(text: str, name: str, args) -> frozenset:
     return const(out) if not isinstance(out, str) or len(out) <= MAX_TEXT else UNKNOWN
 
 
-MAX_TEXT = 4096  # characters of a string folded (`"x".replace("", ...)` grows)
+def _str_argument(v: frozenset):
+    """A str method's argument when known: a string, a number, or a tuple of strings
+    (`name.startswith(("head.", "fc."))`); None otherwise."""
+    (a,) = tuple(v) if len(v) == 1 else (None,)
+    if isinstance(a, Tup):
+        parts = tuple(literal_of(x, str) for x in a.items)
+        return None if None in parts else parts
+    return literal_of(v, str, int)
