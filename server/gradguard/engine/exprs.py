@@ -23,6 +23,7 @@ from gradguard.engine.values import (
 
 _NUM = Num()
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
 BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
 
 
@@ -894,7 +895,7 @@ class Expressions:
             return None
         if cls_id in self.dataclass_fields:
             return cls_id
-        for base in objs_of(st.get_attr(cls_id, "<bases>") or EMPTY, "class"):
+        for base in objs_of(self.bases_of(cls_id, st), "class"):
             if base.id not in seen and base.id in self.class_nodes:
                 return self.generated_init(base.id, st, seen)  # the first base a method is looked up in
         return None
@@ -904,7 +905,7 @@ class Expressions:
         plain class between them too) first, in definition order."""
         seen = (seen or set()) | {cls_id}
         inherited: dict = {}
-        for base in reversed(objs_of(st.get_attr(cls_id, "<bases>") or EMPTY, "class")):
+        for base in reversed(objs_of(self.bases_of(cls_id, st), "class")):
             if base.id not in seen:
                 inherited |= {f[0]: f for f in self.fields_of(base.id, st, seen)}
         return tuple((inherited | {f[0]: f for f in self.dataclass_fields.get(cls_id, ())}).values())
@@ -1104,6 +1105,12 @@ class Expressions:
         if classes and all(isinstance(a, Ref) and a.dotted in TENSOR_CLASSES for a in classes):
             truths = {True if isinstance(a, Tensor) else False if isinstance(a, (Tup, Const, Num, Obj, Array)) else None
                       for a in v}
+            return truths.pop() if len(truths) == 1 else None
+        if len(classes) == 1 and (kind := LIBRARY_BASES.get(getattr(next(iter(classes)), "dotted", None))):
+            # `isinstance(m, nn.Module)` in a helper that walks models: a tensor or a plain value is not one; an
+            # object the engine made as a module (an optimizer) surely is, as a container is not
+            truths = {True if isinstance(a, Obj) and a.kind == kind else False if isinstance(a, (Tensor, Tup, Const, Num, Array))
+                      or isinstance(a, Obj) and a.kind in ("list", "dict", "module", "optimizer") else None for a in v}
             return truths.pop() if len(truths) == 1 else None
         targets = {a.id for a in classes if isinstance(a, Obj) and a.kind == "class"}
         if not targets or len(targets) != len(classes):

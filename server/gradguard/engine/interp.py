@@ -136,6 +136,8 @@ def _walk_own(func):
 
 
 DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
+MODULE = Ref("torch.nn.Module")
+MAX_MRO_DEPTH = 32  # classes between a class and `object`, far more than any real hierarchy
 CELL = "<cell>"  # in a function's closure: the heap object holding a name it declares `nonlocal`
 
 
@@ -427,16 +429,47 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             self.lazy[(scope, atom)] = entry  # other paths' states still hold the reference
         return found
 
-    def bases_of(self, cls_id, st: State) -> frozenset:
-        """A class's bases, those imported from a workspace module read from it now: a base
-        class matters when a method or the class's kind is looked up, not when it is defined."""
-        bases = st.get_attr(cls_id, "<bases>") or EMPTY
+    def bases_of(self, cls_id, st: State) -> list:
+        """A class's bases in the order its class statement lists them (the order Python looks
+        methods up in), those imported from a workspace module read from it now: a base class
+        matters when a method or the class's kind is looked up, not when it is defined."""
+        items = [frozenset().union(*x) for x in
+                 zip(*(a.items for a in st.get_attr(cls_id, "<bases>") or EMPTY if isinstance(a, Tup)))]
         scope = self.class_globals.get(cls_id)
-        if not self.lazy or not any(isinstance(b, Ref) and (scope, b) in self.lazy for b in bases):
-            return bases
-        resolved = frozenset().union(*(self.resolve_import(scope, b, st) or frozenset({b}) for b in bases))
-        st.set_attr(cls_id, "<bases>", resolved)
-        return resolved
+        if self.lazy and any(isinstance(b, Ref) and (scope, b) in self.lazy for item in items for b in item):
+            items = [frozenset().union(*(self.resolve_import(scope, b, st) or frozenset({b}) for b in item))
+                     for item in items]
+            st.set_attr(cls_id, "<bases>", frozenset({Tup(tuple(items))}))
+        return [a for item in items for a in sorted(item, key=self.stable_key)]
+
+    def stable_key(self, atom) -> tuple:
+        """Orders the classes one base expression may be (`A if flag else B`) the same way in every run."""
+        node = self.class_nodes.get(atom.id) if isinstance(atom, Obj) else None
+        return (node.lineno, node.col_offset, "") if node is not None else (0, 0, repr(atom))
+
+    def mro(self, cls_id, st: State, depth: int = 0) -> list | None:
+        """`type(obj).__mro__` of a class of the program: its C3 linearisation, a library base
+        ending its own line; None where Python itself would refuse the bases."""
+        bases = self.bases_of(cls_id, st)
+        if depth > MAX_MRO_DEPTH:
+            return None
+        bases = [MODULE if self.is_module_ref(b) and b.dotted.endswith(".Module") else b for b in bases]
+        lines = []
+        for b in bases:  # a torch.nn layer is a Module
+            line = self.mro(b.id, st, depth + 1) if isinstance(b, Obj) and b.kind == "class" else \
+                [b, MODULE] if b != MODULE and self.is_module_ref(b) else [b]
+            if line is None:
+                return None
+            lines.append(line)
+        lines = [line for line in lines + [list(bases)] if line]
+        out = [Obj(cls_id, "class")]
+        while lines:
+            head = next((line[0] for line in lines if not any(line[0] in other[1:] for other in lines)), None)
+            if head is None:
+                return None
+            out.append(head)
+            lines = [rest for line in lines if (rest := line[1:] if line[0] == head else line)]
+        return out
 
     def import_now(self, module: str, level: int, importer: str, attr: str | None, st: State):
         """The namespace of `module` (attr None), or what it binds to `attr` (a submodule, if
@@ -795,7 +828,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         cls = Obj(("class", id(s)), "class")
         self.class_nodes[cls.id] = s
         self.class_globals[cls.id] = self.frame.globals
-        st.set_attr(cls.id, "<bases>", frozenset().union(*bases) if bases else EMPTY)
+        st.set_attr(cls.id, "<bases>", frozenset({Tup(tuple(bases))}) if bases else EMPTY)
         frame = Frame(None, self.frame.ctx, class_obj=cls, module=self.frame.module)
         frame.is_module = False
         self.frames.append(frame)

@@ -1118,8 +1118,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             st.set_attr(obj.id, "<nonempty>", const(True))
 
     def super_method(self, sup, name, args, kwargs, st, node):
+        """`super().name(...)` in a method of class C: the classes after C in the MRO of
+        `type(self)` (a mixin's `super()` reaches its sibling `nn.Linear`), C's own bases when
+        the instance's class is not known."""
         selves = [a for a in sup.self_value if isinstance(a, Obj)]
-        for base in self.bases_of(sup.class_id, st):
+        classes = {self.obj_class.get(a.id) for a in selves}
+        line = self.mro(next(iter(classes)), st) if len(classes) == 1 and None not in classes else None
+        after = line[line.index(Obj(sup.class_id, "class")) + 1:] if line and Obj(sup.class_id, "class") in line else None
+        for base in after if after is not None else self.bases_of(sup.class_id, st):
+            if name == "__init__" and isinstance(base, Ref) and base.dotted.startswith("torch.optim.") \
+                    and (args or "params" in kwargs):  # `class Hybrid(torch.optim.Optimizer)`: torch's checks run
+                self.optimizer_params_leaf(kwargs.get("params") or args[0], kwargs, st, node,
+                                           node.args[0] if isinstance(node, ast.Call) and node.args else None)
+                return NONE
             layer = self.library_layer(base)
             if layer is not None and len(selves) == 1 and self.module_kind.get(selves[0].id) == layer:
                 # `class Dense(nn.Linear)`: `super().__init__(i, o)` and `super().forward(x)` do what torch's do
@@ -1136,7 +1147,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     name not in ("__init__", "forward", "__call__"):
                 return self.module_method(selves[0], name, args, kwargs, st, node)  # `super().train(mode)`
             if isinstance(base, Obj) and base.kind == "class":
-                found = self.class_lookup(base.id, name, st)
+                # along the MRO each class by itself; along C's bases, each with its own bases
+                found = st.get_attr(base.id, name) if after is not None else self.class_lookup(base.id, name, st)
                 if found is not None:
                     if selves:
                         return self.call_value(self.bind_class_member(found, selves[0], st, node), args, kwargs,
@@ -1160,10 +1172,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
-        if dotted == "functools.partial" and args and all(isinstance(a, Ref) for a in args[0]) \
+        if dotted == "functools.partial" and args and (all(isinstance(a, Ref) for a in args[0]) or len(args[0]) == 1) \
                 and self.unknown_spread is not node and self.unknown_keywords is not node:
-            # a library function with arguments bound (`partial(checkpoint, use_reentrant=True)`); one of the
-            # project stays an unknown call: followed from every call site, it multiplied the work (gradcheck)
+            # a library function with arguments bound (`partial(checkpoint, use_reentrant=True)`) or one function of
+            # the project (`partial(self.save_output, name)` as a hook); a choice between functions of the project
+            # (`partial(fast if flag else slow, ...)`) stays an unknown call: following each from every call site
+            # multiplied the work (torch's gradcheck.py 7x slower)
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)

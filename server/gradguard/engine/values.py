@@ -370,17 +370,25 @@ def join_all(values: Iterable[frozenset]) -> frozenset:
     return out
 
 
+def _map_pairs(pairs: tuple, fn) -> tuple:
+    """`map_tensors` over the values of (name, value) pairs; `pairs` itself when nothing changes."""
+    out = tuple((k, map_tensors(v, fn)) for k, v in pairs)
+    return pairs if all(x[1] is y[1] for x, y in zip(out, pairs)) else out
+
+
 MAX_FOLDED = 1000  # more than any list of layers in real code (168 in timm's models)
 
 
 def map_tensors(v: frozenset, fn) -> frozenset:
-    """Apply `fn` to every tensor atom, also inside tuples (used to mark freed/dirty regions).
-    Returns `v` itself when nothing changes (the common case, checked without allocating)."""
+    """Apply `fn` to every tensor atom, also inside tuples and inside what a function value holds
+    (a closure's captured locals, a `partial`'s arguments: a closure reads its variables when it
+    runs, so a graph freed after it was defined is freed for it too).  Used to mark freed/dirty
+    regions.  Returns `v` itself when nothing changes (the common case, checked without allocating)."""
     for a in v:
         if isinstance(a, Tensor):
             if fn(a) is not a:
                 break
-        elif isinstance(a, Tup):
+        elif isinstance(a, (Tup, Partial)) or isinstance(a, Func) and a.closure:
             break
     else:
         return v
@@ -392,6 +400,14 @@ def map_tensors(v: frozenset, fn) -> frozenset:
         elif isinstance(a, Tup):
             items = tuple(map_tensors(i, fn) for i in a.items)
             b = a if all(x is y for x, y in zip(items, a.items)) else Tup(items, a.names)
+        elif isinstance(a, Func) and a.closure:
+            closure = _map_pairs(a.closure, fn)
+            b = a if closure is a.closure else replace(a, closure=closure)
+        elif isinstance(a, Partial):
+            args = tuple(map_tensors(x, fn) for x in a.args)
+            kwargs = _map_pairs(a.kwargs, fn)
+            b = a if kwargs is a.kwargs and all(x is y for x, y in zip(args, a.args)) else \
+                Partial(map_tensors(a.func, fn), args, kwargs)
         else:
             b = a
         changed |= b is not a
