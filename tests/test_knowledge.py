@@ -662,6 +662,19 @@ def test_layer_parameter_names_are_torchs(cls_name, ctor, inputs):
         assert own == (list(mi.param_params) if mi.has_params else []), cls_name
 
 
+RECURRENT_CASES = [(cls, 1, True, False, 0) for cls in ("RNN", "LSTM", "GRU")] + \
+    [(cls, 2, False, True, 0) for cls in ("RNN", "LSTM", "GRU")] + [("LSTM", 3, True, True, 2)]
+
+
+@pytest.mark.parametrize("cls_name,layers,bias,bidirectional,proj", RECURRENT_CASES)
+def test_recurrent_parameter_names_are_torchs(cls_name, layers, bias, bidirectional, proj):
+    torch = _torch()
+    extra = {"proj_size": proj} if proj else {}
+    layer = getattr(torch.nn, cls_name)(4, 6, layers, bias=bias, bidirectional=bidirectional, **extra)
+    assert K.RECURRENT_PARAMETERS.names(layers, bias, bidirectional, proj > 0) == \
+        tuple(n for n, _ in layer.named_parameters())
+
+
 def test_module_attributes_are_torchs():
     torch = _torch()
     assert K.MODULE_ATTRIBUTES == set(dir(torch.nn.Module()))

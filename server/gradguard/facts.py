@@ -127,6 +127,7 @@ class Raise:
     entry: ast.AST | None = None  # run inside an imported module: the call in the analysed file that led there
     in_place: bool = False  # the op changes `target` in place (not: it saves or reads it)
     from_loss: bool = False  # the value comes from a loss left unreduced (its fix averages it, as losses do)
+    member: bool = False  # `target` holds the tensor (`model.parameters()`) rather than being it
 
 
 @dataclass

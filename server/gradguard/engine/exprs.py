@@ -11,9 +11,10 @@ import ast
 import operator
 from dataclasses import replace
 
+from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.limits import TooComplex
-from gradguard.engine.state import State, join_states, surely_bound
+from gradguard.engine.state import State, join_states, mark_detached, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
@@ -107,6 +108,8 @@ class Expressions:
         return self.seen(node, self.attribute(base, node.attr, st, node))
 
     def expr_Subscript(self, node, st):
+        if (slot := self.parameter_slot(node, st)) is not None:  # `m._parameters[name]`: what `m.name` reads
+            return self.attribute(frozenset({slot[0]}), slot[1], st, node)
         base = self.eval(node.value, st)
         index = self.eval(node.slice, st)
         return self.subscript(base, index, st, node)
@@ -352,7 +355,9 @@ class Expressions:
             items = tuple(v for v, in exact)
             return self.known_sequence(items, st, node)
         (v,) = self.comprehension(node, st, [node.elt], first=it)
-        return self.make_sequence(v, st, node, nonempty=None)
+        # one element per element of a sequence that surely has one: not empty either
+        once = len(node.generators) == 1 and not node.generators[0].ifs and self.is_nonempty(it, st)
+        return self.make_sequence(v, st, node, nonempty=once)
 
     def exact_comprehension(self, node, it, st, elt_nodes, most=6):
         """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
@@ -413,6 +418,9 @@ class Expressions:
             base = self.eval(target.value, st)
             self.set_attribute(base, target.attr, v, st, target)
         elif isinstance(target, ast.Subscript):
+            if (slot := self.parameter_slot(target, st)) is not None:  # `m._parameters[name] = w`
+                self.set_parameter_slot(*slot, v, st, target)
+                return
             base = self.eval(target.value, st)
             index = self.eval(target.slice, st)
             self.set_item(base, index, v, st, target, stmt)
@@ -760,6 +768,9 @@ class Expressions:
         self.unknown_spread = node if spread else None
         # `f(**cfg)` with keys not known: any parameter may have been given one
         self.unknown_keywords = node if unknown_keywords else None
+        if func == UNKNOWN and isinstance(node.func, ast.Attribute) and node.func.attr in K.DETACH_METHODS \
+                and node.func.attr.endswith("_"):  # `buf.detach_()` of a buffer not known: any tensor may be it
+            mark_detached(st, None)
         return self.call_value(func, args, kwargs, st, node)
 
     def keyword_items(self, v, st) -> dict | None:

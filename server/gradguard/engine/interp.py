@@ -26,8 +26,8 @@ from gradguard.engine.limits import Clock, Limits, TooComplex, running
 from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, int_of, item_key,
-    join, map_tensors, objs_of, tensor_of,
+    EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, graph_unknown,
+    int_of, item_key, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
 from gradguard.spans import LINE_BREAK
@@ -1083,10 +1083,14 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         if node in self.active_calls or depth >= self.limits.call_depth or \
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             # Not followed: its result is unknown (helpers like repackage_hidden detach), and so
-            # are the attributes it may have given the objects it got (`self.clear()` making lists).
+            # are the attributes it may have given the objects it got (`self.clear()` making lists)
+            # and the graphs of the tensors they hold (`self.reset_states()` detaching them in place).
             for obj in objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]:
                 if obj.kind in ("instance", "module"):
                     st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
+                    for name, v in list((st.heap.get(obj.id) or {}).items()):
+                        if not name.startswith("<"):
+                            st.set_attr(obj.id, name, map_tensors(v, graph_unknown))
             self.may_thaw([m for v in [*args, *kwargs.values()] for m in self.flat_objects(v, st)], st)
             self.not_followed = node
             return UNKNOWN

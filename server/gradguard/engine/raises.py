@@ -51,7 +51,7 @@ class RaiseChecks:
     """Mixed into the interpreter (it reads `facts`, `key`, the call stack and the heap)."""
 
     def note_raise(self, kind: str, node: ast.AST, target, t: Tensor | None, origin: tuple | None = None,
-                   in_place: bool = False, from_loss: bool = False) -> None:
+                   in_place: bool = False, from_loss: bool = False, member: bool = False) -> None:
         """`node` raises `kind` on this path, the value `t` (surely a tensor) showing why.
         A raise seen on one real path stays (an earlier iteration raised already); a function
         analysed without a caller says nothing (its arguments are not known), nor a method
@@ -63,7 +63,7 @@ class RaiseChecks:
             made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
             origin = (made[-1].node,) if made else ()
         self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
-                                                             self.entry_call(), in_place, from_loss))
+                                                             self.entry_call(), in_place, from_loss, member))
         self.frame.raised_at = self.frame.statement  # nothing after it runs on this path
 
     # ----------------------------------------------------------------- numpy
@@ -104,11 +104,13 @@ class RaiseChecks:
             return
         found = self.nonleaf_param(params, param_node, st)
         if found is not None:
-            self.note_raise("nonleaf_optimizer", node, *found)
+            target, t, member = found
+            self.note_raise("nonleaf_optimizer", node, target, t, member=member and target is not None)
 
     def nonleaf_param(self, v, node, st, depth: int = 0):
-        """(expression, tensor) of a tensor surely among the parameters `v` (a list, a tuple, a
-        param-group dict, or such a sequence of dicts) that is surely not a leaf, or None."""
+        """(expression, tensor, whether the expression holds the tensor rather than is it) of a
+        tensor surely among the parameters `v` (a list, a tuple, a param-group dict, or such a
+        sequence of dicts) that is surely not a leaf, or None."""
         if depth > 3 or len(v) != 1:
             return None
         (a,) = tuple(v)
@@ -117,24 +119,29 @@ class RaiseChecks:
             inner = _dict_value(node, "params")
             t = sure_tensor(params) if params is not None else None
             if t is not None:  # a group's params may be one tensor (`{"params": model.alpha}`)
-                return (inner if inner is not None else node, t) if unoptimizable(t) else None
+                return (inner if inner is not None else node, t, inner is None) if unoptimizable(t) else None
             return self.nonleaf_param(params, inner, st, depth + 1) if params is not None else None
         items = self.exact_items(v, st)
         if items is None:
             t = self.each_element(v, st)
             member = sure_tensor(self.nonleaf_member(v, st))
-            return (node, t) if unoptimizable(t) else \
-                (self.member_nodes.get(member, node), member) if member is not None else None
+            return (node, t, True) if unoptimizable(t) else self.member_node(member, node) if member is not None else None
         nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) == len(items) else \
             [None] * len(items)
         for item, item_node in zip(items, nodes):
             t = sure_tensor(item)
             if unoptimizable(t):
-                return item_node if item_node is not None else self.member_nodes.get(t, node), t
+                return (item_node, t, False) if item_node is not None else self.member_node(t, node)
             found = self.nonleaf_param(item, item_node, st, depth + 1)
             if found is not None:
                 return found
         return None
+
+    def member_node(self, t: Tensor, holder) -> tuple:
+        """(expression, tensor, whether the expression only holds it) for a tensor found in a
+        sequence: where the program wrote it, else the sequence's expression."""
+        written = self.member_nodes.get(t)
+        return (written, t, False) if written is not None else (holder, t, True)
 
     # ----------------------------------------------------------------- requires_grad
     def set_requires_grad(self, node, target, t: Tensor | None, flag, setter: bool) -> None:

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 from gradguard.engine.limits import VALUE_ITEMS, charge
 from gradguard.engine.values import (
-    CARRIES, DIRTY, FREED, UNSEEN_ATTRS, Const, Obj, Tensor, Tup, const, is_summary, join, map_tensors, tensor_of,
-    tri_join,
+    CARRIES, DIRTY, FREED, UNSEEN_ATTRS, Const, Obj, Tensor, Tup, const, graph_unknown, is_summary, join, map_tensors,
+    tensor_of, tri_join,
 )
 
 GLOBALS = ("<module>",)
@@ -219,6 +219,25 @@ def mark_flag_set(st: State, old: Tensor, rg: bool) -> None:
                  and t.objs & old.objs and (t.ident is None or is_summary(t.ident)) else t)
         return
     _rewrite(st, lambda t: replace(t, rg=rg, leaf=True) if t.ident == old.ident and t.rg != rg else t)
+
+
+def mark_detached(st: State, old: Tensor | None) -> None:
+    """`t.detach_()` cut the graph of the tensor object itself, not of one name of it: the
+    attribute a module's `buffers()` yielded it from has no graph now either.  Another name of
+    its storage may be that object or a view made before (which keeps its graph): what it
+    carries is no longer known; so for every tensor when which one `t` is is not known (None)."""
+    if old is not None and not old.objs:
+        return
+    exact = old is not None and old.ident is not None and not is_summary(old.ident)
+
+    def fn(t: Tensor):
+        if old is not None and not t.objs & old.objs or not t.regions and t.rg is not True:
+            return t
+        if exact and t.ident == old.ident:
+            return replace(t, regions=frozenset(), freed=frozenset(), dirty=frozenset(), rg=False, leaf=True,
+                           sure=frozenset(), deps=frozenset())
+        return graph_unknown(t)
+    _rewrite(st, fn)
 
 
 def _mark(st: State, regions: frozenset, flag: str, sure: frozenset) -> None:

@@ -26,7 +26,7 @@ from gradguard.engine.raises import RaiseChecks, sure_tensor
 from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import (
-    GLOBALS, NO_FLAGS, RG_BY_NAME, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
+    GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
 )
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
@@ -52,6 +52,8 @@ NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 PLAIN_BASES = frozenset({"builtins.object", "torch.nn.Module", "torch.nn.modules.module.Module"})
 # On the dict `vars(obj)` returns: the object whose `__dict__` it is.
 VARS_OF = "<vars of>"
+MODULE_KEYS = "<module keys>"  # on a ModuleDict: its keys, in order, when each is known
+SLOTS = "<parameter slots>"  # on a module: the names `m._parameters[name] = v` set (see `set_parameter_slot`)
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
@@ -708,6 +710,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             new = frozenset({Tensor(rg=False, leaf=True, objs=t.objs, cut=self.cut_by(node, [v], st),
                                     inference=t.inference, deps=frozenset(), shape=t.shape)})
             if name == "detach_":
+                if len(v) == 1:
+                    mark_detached(st, t)
                 if recv is not None:
                     self.rebind(recv, new, st)
                 self.set_parameters_rg(t, const(False), st)  # `for p in ema.parameters(): p.detach_()`
@@ -927,6 +931,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
             self.update_sure_grads(st, lambda objs: frozenset())  # which grads it cleared is unknown
+        if name in K.DETACH_METHODS and name.endswith("_"):  # `buf.detach_()` on a buffer not known one by one
+            mark_detached(st, None)
         return self.call_unknown(args, kwargs, st, node)
 
     def make_distribution(self, args, kwargs, st, node):
@@ -1669,11 +1675,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             elif objs_of(args[0], "dict"):  # ModuleDict: its values; each by its key when the keys are known
                 dicts = objs_of(args[0], "dict")
                 attrs["<layers>"] = join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in dicts)
-                keys = self.keyset(dicts[0], st) if len(args[0]) == 1 else None
-                for key in keys if keys is not None else ():
-                    value = st.get_attr(dicts[0].id, item_attr(key))
-                    if isinstance(key, str) and value is not None:  # `md["enc"]` and `md.enc`
+                known = self.dict_in_order(dicts[0], st) if len(args[0]) == 1 else None
+                for key, value in known or ():
+                    if isinstance(key, str):  # `md["enc"]` and `md.enc`
                         attrs[item_attr(key)] = attrs[key] = value
+                if known is not None and all(isinstance(k, str) for k, _ in known):
+                    attrs[MODULE_KEYS] = const(tuple(k for k, _ in known))  # its children by name, in order
             else:
                 attrs["<layers>"] = self.iter_elements(args[0], st)
             if items is not None:
@@ -1692,7 +1699,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if renorm is not None and renorm != NONE:
             attrs["<renorms>"] = const(True) if NONE.isdisjoint(renorm) and renorm else UNKNOWN
         attrs.update(self.layer_sizes(cls_name, info, args, kwargs))
-        names = self.layer_parameter_names(info, kwargs)
+        names = self.layer_parameter_names(info, args, kwargs)
         if names is not None:
             attrs["<parameters>"] = const(names)
         dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
@@ -1832,19 +1839,65 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
 
+    def own_named_buffers(self, m: Obj, st):
+        """`m.named_buffers()` as (name, tensor) pairs when they are all `m`'s own, registered by
+        known names (a stateful layer resetting its states); None otherwise."""
+        names = self.buffer_names(m, st)
+        if names is None or len(self.buffers(m, st)) != len(names):  # (buffers of its submodules too)
+            return None
+        keys = [literal_of(n, str) for n in names]
+        return [(k, st.get_attr(m.id, k) or UNKNOWN) for k in keys]
+
     def registered_buffers(self, m: Obj, st):
-        """The tensors `register_buffer` gave `m`, in order, or None if not known one by one."""
+        """The tensors `register_buffer` gave `m`, in order, as they are now (`self.v_mem = v`
+        replaces a buffer's tensor), or None if not known one by one."""
+        names = self.buffer_names(m, st)
+        if names is None:
+            return None
+        return [st.get_attr(m.id, name) or UNKNOWN for name in (literal_of(n, str) for n in names)]
+
+    def buffer_names(self, m: Obj, st) -> list | None:
+        """The names `register_buffer` gave `m`'s buffers, in order; None when not known (a name
+        not known, or code not followed that may have registered more)."""
+        if st.get_attr(m.id, UNSEEN_ATTRS) is not None:
+            return None
         return self.exact_items(st.get_attr(m.id, "<buffers>") or frozenset({Tup(())}), st)
+
+    def parameter_slot(self, node: ast.Subscript, st) -> tuple | None:
+        """(module, name) when `node` is `m._parameters[name]` on one module and a known name: the
+        dict torch keeps a module's parameters in, which weight dropout and hand-made replicas fill
+        with computed tensors (and `parameters()` then yields them)."""
+        if not isinstance(node.value, ast.Attribute) or node.value.attr != "_parameters":
+            return None
+        owner = self.eval(node.value.value, st)
+        name = literal_of(self.eval(node.slice, st), str)
+        if name is None or len(owner) != 1 or not objs_of(owner, "module"):
+            return None
+        return next(iter(owner)), name
+
+    def set_parameter_slot(self, m: Obj, name: str, v, st, node) -> None:
+        """`m._parameters[name] = v`: `m.name` is `v` from now on, and so is that parameter in
+        `m.parameters()`, a computed tensor as much as a Parameter."""
+        self.set_attribute(frozenset({m}), name, v, st, node)
+        st.set_attr(m.id, SLOTS, const(tuple(dict.fromkeys([*self.slots(m, st), name]))))
+
+    @staticmethod
+    def slots(m: Obj, st) -> tuple:
+        """The names `m._parameters[name] = v` has set (see `set_parameter_slot`)."""
+        return literal_of(st.get_attr(m.id, SLOTS) or UNKNOWN, tuple) or ()
 
     def module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
+        if name in self.slots(m, st):
+            return st.get_attr(m.id, name) or UNKNOWN
         if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
             return self.param_value(m, st, name=name)
         if name in ("parameters", "named_parameters", "modules", "children", "named_modules", "named_children",
                     "zero_grad", "train", "eval", "to", "cuda", "cpu", "float", "double", "half", "bfloat16",
                     "requires_grad_", "register_buffer", "register_parameter", "add_module", "register_module",
                     "state_dict", "load_state_dict", "apply", "forward", "__call__", "extra_repr", "get_submodule",
-                    "buffers", "append", "extend", "insert", "register_forward_hook", "register_forward_pre_hook"):
+                    "buffers", "named_buffers", "append", "extend", "insert", "register_forward_hook",
+                    "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
         info = self.builtin_info(m)
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
@@ -1866,6 +1919,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                       st, strong, "<layers>")
             if name != "add_module":
                 return frozenset({m})
+        if name == "parameters" and any(self.slots(x, st) for x in self.submodules(m, st)):
+            # some are tensors set into `_parameters`: each one as it is, if they are known one by one
+            named = self.named_parameters(m, st)
+            return self.known_sequence([v for _, v in named], st, node) if named is not None else \
+                self.make_sequence(UNKNOWN, st, node)
         if name == "parameters":
             out = self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
             self.contains(out, frozenset(("params", x.id) for x in self.trainable_layers(m, st)), st)
@@ -1875,6 +1933,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return self.make_sequence(UNKNOWN, st, node)  # buffers the engine cannot see
             items = self.buffers(m, st)
             return self.known_sequence(items, st, node)
+        if name == "named_buffers" and not args and not kwargs:
+            named = self.own_named_buffers(m, st)
+            return self.known_sequence([frozenset({Tup((const(n), v))}) for n, v in named], st, node) \
+                if named is not None else self.make_sequence(UNKNOWN, st, node)
         if name == "named_parameters":
             named = self.named_parameters(m, st) if not args and not kwargs else None
             if named is not None:  # each one known, with its name: a loop over them runs on each
@@ -1922,11 +1984,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             persistent = kwargs.get("persistent", args[2] if len(args) > 2 else const(True))
             if self.truth_of(persistent) is not True:  # not in the state dict: `load_state_dict` leaves it
                 st.set_attr(m.id, "<transient buffers>", const(True))
-            known = self.registered_buffers(m, st)
-            st.set_attr(m.id, "<buffers>", frozenset({Tup(known + (args[1],))}) if known is not None else UNKNOWN)
+            names = self.buffer_names(m, st)
+            key = literal_of(args[0], str)
+            if names is None or key is None:
+                st.set_attr(m.id, "<buffers>", UNKNOWN)
+            elif key not in (literal_of(n, str) for n in names):  # (registered again: replaced in its place)
+                st.set_attr(m.id, "<buffers>", frozenset({Tup((*names, args[0]))}))
         if name in ("register_buffer", "register_parameter", "add_module") and len(args) >= 2 \
-                and isinstance(node.args[0], ast.Constant):
-            self.set_attribute(frozenset({m}), node.args[0].value, args[1], st, node)
+                and (key := literal_of(args[0], str)) is not None:  # (a name a loop over a list gives too)
+            self.set_attribute(frozenset({m}), key, args[1], st, node)
             return NONE
         if name in REGISTER:
             return self.register_module_hook(m, name, args, kwargs, st, node, strong)
@@ -2064,7 +2130,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if self.module_kind.get(m.id, "opaque") == "opaque":
             return None
         info = self.builtin_info(m)
-        if info is not None and info.container:
+        keys = literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)
+        if keys is not None:  # a ModuleDict
+            pairs = [(k, st.get_attr(m.id, k) or UNKNOWN) for k in keys]
+        elif info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
             pairs = [(str(i), v) for i, v in enumerate(layers)] if layers is not None else None
         else:
@@ -2085,10 +2154,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 out.append((n, x))
         return out
 
-    def layer_parameter_names(self, info, kwargs) -> tuple | None:
+    def layer_parameter_names(self, info, args, kwargs) -> tuple | None:
         """The names of a torch.nn layer's own parameters, for the layers whose parameters are
-        the `weight` and `bias` its op takes (`bias=False`, `affine=False` drop them), None when
-        not known (an LSTM's, named by layer; a flag not known)."""
+        the `weight` and `bias` its op takes (`bias=False`, `affine=False` drop them) and for
+        recurrent layers (named by layer and direction); None when not known (a flag not known)."""
+        if info.recurrent:
+            if len(args) > 3:  # (the flags' positions differ between RNN and LSTM)
+                return None
+            layers = int_of(args[2] if len(args) > 2 else kwargs.get("num_layers", const(1)))
+            flags = [self.truth_of(kwargs.get(k, const(d))) for k, d in (("bias", True), ("bidirectional", False))]
+            proj = int_of(kwargs.get("proj_size", const(0)))
+            if layers is None or None in flags or proj is None:
+                return None
+            return K.RECURRENT_PARAMETERS.names(layers, flags[0], flags[1], proj > 0)
         names = info.param_params if info.has_params and not info.container else ()
         if not set(names) <= {"weight", "bias"}:
             return None
@@ -2107,12 +2185,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         mods = self.named_modules(m, st)
         out = []
         for prefix, x in mods or ():
+            slots = self.slots(x, st)
             if self.builtin_info(x) is not None:
                 names = literal_of(st.get_attr(x.id, "<parameters>") or UNKNOWN, tuple)
-                own = [(n, self.param_value(x, st, name=n)) for n in names] if names is not None else None
+                own = [(n, st.get_attr(x.id, n) if n in slots else self.param_value(x, st, name=n))
+                       for n in names] if names is not None and set(slots) <= set(names) else None
             else:
                 attrs = st.heap.get(x.id) or {}
-                own = [(n, v) for n, v in attrs.items() if not n.startswith("<") and self.parameter_of(x, v)]
+                own = [(n, v) for n, v in attrs.items()
+                       if not n.startswith("<") and (n in slots or self.parameter_of(x, v))]
                 if any(len(v) != 1 for _, v in own):
                     own = None
             if own is None:

@@ -370,6 +370,14 @@ def join_all(values: Iterable[frozenset]) -> frozenset:
     return out
 
 
+def graph_unknown(t: Tensor) -> Tensor:
+    """`t` after code not seen may have detached it in place: no graph known, no fact resting on one."""
+    if not t.regions:
+        return t
+    return replace(t, regions=frozenset(), freed=frozenset(), dirty=frozenset(), sure=frozenset(), rg=t.rg and None,
+                   leaf=None, deps=None)
+
+
 def _map_pairs(pairs: tuple, fn) -> tuple:
     """`map_tensors` over the values of (name, value) pairs; `pairs` itself when nothing changes."""
     out = tuple((k, map_tensors(v, fn)) for k, v in pairs)

@@ -47,6 +47,8 @@ torchgen data; never edit by hand)
         for convolutions and pooling layers, their kind, their number of spatial dimensions
         and the order of their leading constructor parameters, from which their spatial
         output sizes follow.
+    ``RECURRENT_PARAMETERS``
+        how an RNN/LSTM/GRU names its parameters (per layer and direction).
     ``DEFAULT_FLOAT_FACTORIES`` / ``INPUT_DTYPE_FACTORIES`` / ``SAME_DTYPE_OPS`` / ``DTYPE_METHODS``
         where a dtype is known (a factory without ``dtype=``, ``randn_like``, arithmetic on
         tensors of one dtype), and what ``.double()`` and its kind convert to: a conversion to
@@ -102,6 +104,7 @@ __all__ = [
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "GRAD_MODE_QUERIES", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
     "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
+    "RECURRENT_PARAMETERS",
     "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
@@ -508,6 +511,20 @@ def module_info(class_name: str) -> Optional[ModuleInfo]:
 # --------------------------------------------------------------------------- api tables
 
 @dataclass(frozen=True)
+class RecurrentParameters:
+    """How an RNN/LSTM/GRU names its parameters: `layer` for layer `{k}` (weights, biases, the
+    projection), `reverse` appended for the backward direction."""
+
+    layer: tuple
+    reverse: str
+
+    def names(self, layers: int, bias: bool, bidirectional: bool, projection: bool) -> tuple:
+        wanted = [n for n in self.layer if (bias or not n.startswith("bias")) and (projection or "_hr_" not in n)]
+        return tuple(n.format(k=k) + suffix for k in range(layers)
+                     for suffix in ("", self.reverse)[:1 + bidirectional] for n in wanted)
+
+
+@dataclass(frozen=True)
 class NumpyToTorch:
     """How a numpy computation is written with torch (the fix for a loss computed in numpy)."""
 
@@ -653,6 +670,9 @@ def _api_table(name: str):
         a = api["numpy_arrays"]
         return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["generators"]),
                            frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]))
+    if name == "RECURRENT_PARAMETERS":
+        r = api["modules"]["recurrent_parameters"]
+        return RecurrentParameters(tuple(r["layer"]), r["reverse"])
     if name == "LAYER_GEOMETRY":
         g = api["shapes"]["geometry"]
         return FrozenMap((cls, (kind, rank, tuple(g[kind]))) for cls, (kind, rank) in g["layers"].items())

@@ -91,7 +91,9 @@ def first_per_statement(facts, items):
 
 def named(facts, r, otherwise: str) -> str:
     """The offending expression of a `Raise` in backquotes, or `otherwise`."""
-    return f"`{facts.text(r.target)}`" if r.target is not None else otherwise
+    if r.target is None:
+        return otherwise
+    return f"a tensor in `{facts.text(r.target)}`" if r.member else f"`{facts.text(r.target)}`"
 
 
 def origin_related(facts, r, what: str) -> tuple[Related, ...]:
