@@ -942,3 +942,11 @@ def test_generator_reproduces_shipped_ops_json(tmp_path):
     assert gen.main(["-o", str(tmp_path)]) == 0
     assert (tmp_path / "ops.json").read_text(encoding="utf-8") == shipped, \
         "ops.json is stale: run scripts/gen_torch_knowledge.py"
+
+
+def test_python_constants_are_pythons():
+    import importlib
+
+    for dotted, value in K.PYTHON_CONSTANTS.items():
+        module, _, name = dotted.rpartition(".")
+        assert getattr(importlib.import_module(module), name) == value, dotted

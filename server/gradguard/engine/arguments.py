@@ -10,7 +10,7 @@ required or positional option, sub-commands, an argument list other than none or
 """
 from __future__ import annotations
 
-from gradguard.engine.values import NONE, UNKNOWN, UNSEEN_ATTRS, Const, Obj, Tup, const
+from gradguard.engine.values import NONE, UNKNOWN, UNSEEN_ATTRS, Const, Obj, Ref, Tup, const
 
 OPAQUE = "<opaque>"  # on a parser: an option it declares is not known (its namespace's attributes are unknown)
 FLAG_DEFAULTS = {"store_true": False, "store_false": True}
@@ -63,8 +63,9 @@ class ArgumentParsers:
             return UNKNOWN  # the command line must give it
         if "default" in kwargs:
             default = kwargs["default"]
-            if "type" in kwargs and any(isinstance(a, Const) and isinstance(a.value, str) for a in default):
-                return UNKNOWN  # argparse converts a string default with `type`
+            if "type" in kwargs and kwargs["type"] != frozenset({Ref("builtins.str")}) and \
+                    any(isinstance(a, Const) and isinstance(a.value, str) for a in default):
+                return UNKNOWN  # argparse converts a string default with `type` (`str` leaves it)
             return default
         action = _literal(kwargs.get("action", const("store")))
         if action in FLAG_DEFAULTS:

@@ -279,7 +279,8 @@ class Expressions:
         vals = [self.eval(c, st) for c in node.comparators]
         elementwise = not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops)
         if elementwise and (tensor_of(left) is not None or any(tensor_of(v) is not None for v in vals)):
-            return self.fresh_tensor(node, st, rg=False, inputs=[left, *vals])
+            out = self.fresh_tensor(node, st, rg=False, inputs=[left, *vals])
+            return self.with_broadcast(out, [left, *vals])  # elementwise: shaped like `+`
         t = self.static_truth(node, st)
         if t is None and len(node.ops) == 1:
             t = _fold_compare(node.ops[0], left, vals[0])
@@ -607,7 +608,8 @@ class Expressions:
         out = EMPTY
         for a in base:
             if isinstance(a, Ref):
-                out = join(out, frozenset({Ref(a.dotted + "." + name)}))
+                value = K.PYTHON_CONSTANTS.get(a.dotted + "." + name)  # `math.pi`: a number
+                out = join(out, const(value) if value is not None else frozenset({Ref(a.dotted + "." + name)}))
             elif isinstance(a, Tensor):
                 out = join(out, self.tensor_attribute(frozenset({a}), name, st, node))
             elif isinstance(a, Array):

@@ -1208,10 +1208,10 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             frame.self_value = args[0]  # a method's `self`
 
     def literal(self, node, st):
-        """A parameter default: constants, literal containers and names (no calls run twice)."""
+        """A parameter default: constants, literal containers, names and lambdas (no calls run twice)."""
         if isinstance(node, ast.Constant):  # as in an expression (`dropout=0.0` tested with `> 0`)
             return self.expr_Constant(node, st)
-        if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute)) or (
+        if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute, ast.Lambda)) or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"):
             return self.eval(node, st)
         return UNKNOWN

@@ -13,8 +13,7 @@ from __future__ import annotations
 import ast
 
 from gradguard import knowledge as K
-from gradguard.engine.shapes import surely_not_one
-from gradguard.engine.values import CARRIES, EMPTY, Const, Obj, Tensor, const, item_attr
+from gradguard.engine.values import CARRIES, EMPTY, Const, Obj, Tensor, const, item_attr, surely_several
 from gradguard.facts import Raise
 
 
@@ -283,7 +282,7 @@ class RaiseChecks:
         items = [outputs] if sure_tensor(outputs) is not None else self.exact_items(outputs, st) or ()
         for item in items:
             t = sure_tensor(item)
-            if requires_grad(t) and surely_not_one(t.shape):
+            if requires_grad(t) and surely_several(t):
                 regions = self.facts.regions
                 from_loss = any(id(regions[r].node) in self.facts.unreduced for r in t.regions if r in regions)
                 self.note_raise("nonscalar_backward", node, target, t, from_loss=from_loss)

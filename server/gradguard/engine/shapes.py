@@ -17,7 +17,9 @@ from math import prod
 from typing import Optional
 
 from gradguard import knowledge as K
-from gradguard.engine.values import EMPTY, Const, Num, Obj, Span, Tensor, Tup, const, int_of, literal_of, tensor_of
+from gradguard.engine.values import (
+    EMPTY, Const, Num, Obj, Span, Tensor, Tup, const, int_of, literal_of, objs_of, surely_several, tensor_of,
+)
 
 Shape = Optional[tuple]
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -69,10 +71,23 @@ def numel(shape: Shape) -> int | None:
     return None if shape is None or None in shape else prod(shape)
 
 
-def surely_not_one(shape: Shape) -> bool:
-    """Whether a tensor of this shape surely does not have exactly one element: one of its
-    sizes is known and is not 1 (0 elements is not one either)."""
-    return shape is not None and any(d is not None and d != 1 for d in shape)
+def several(v) -> bool:
+    """Whether `v` is surely one tensor with a number of elements other than one."""
+    t = tensor_of(v)
+    return t is not None and len(v) == 1 and surely_several(t)
+
+
+def _resized(x: Shape, size) -> Shape:
+    """`F.interpolate(x, size)`: `(N, C, *size)`, the spatial sizes unknown when `size` is not
+    written (a `scale_factor`)."""
+    if x is None or len(x) < 3:
+        return None
+    n = len(x) - 2
+    one = int_of(size) if size is not None else None
+    items = next((a.items for a in size if isinstance(a, Tup)), None) if size is not None and len(size) == 1 else None
+    spatial = (one,) * n if one is not None else tuple(int_of(i) for i in items) if items and len(items) == n else \
+        (None,) * n
+    return x[:2] + spatial
 
 
 def _in_order(values: list, rank: int) -> list | None:
@@ -325,6 +340,33 @@ class Shapes:
             return v
         return frozenset({replace(t, shape=shape)})
 
+    @staticmethod
+    def with_several(v, yes: bool):
+        """`v` (one tensor of a shape not known) known to have a number of elements other than one, if `yes`."""
+        t = tensor_of(v)
+        return frozenset({replace(t, several=True)}) if yes and t is not None and len(v) == 1 and \
+            not surely_several(t) else v
+
+    def with_broadcast(self, out, operands: list):
+        """`out` with the shape an elementwise op of `operands` gives it, or, where that is not
+        known, with several elements when an operand has them; as it is when an operand may be
+        neither a tensor nor a number (`t == None` is a bool)."""
+        if any(of(v) is None and not several(v) for v in operands):
+            return out
+        shape = broadcast([of(v) for v in operands])
+        return self.with_several(self.with_shape(out, shape), shape is None and any(several(v) for v in operands))
+
+    def keeps_several(self, info, bound) -> bool:
+        """Whether an op's result surely has a number of elements other than one because an
+        operand has: broadcasting never turns a size other than 1 into 1 (torch's pointwise ops),
+        and ops that keep the shape or reshape keep the count."""
+        if "pointwise" in info.tags:
+            return any(several(v) for p, v in bound.items() if p in info.tensor_params)
+        if info.name.split(".")[-1] in K.SAME_SHAPE_OPS | K.SAME_NUMEL_OPS:
+            first = next((p for p in info.params if p in info.tensor_params and p in bound), None)
+            return several(bound.get("self", bound.get(first, EMPTY)))
+        return False
+
     def with_dtype(self, v, dtype):
         """`v` (one tensor) with its dtype known."""
         t = tensor_of(v)
@@ -350,7 +392,10 @@ class Shapes:
     def factory_shape(self, last: str, args: list, kwargs: dict, st) -> Shape:
         rule = K.FACTORY_SHAPES.get(last)
         if rule == "sizes":
-            return sizes([kwargs["size"]] if "size" in kwargs else args)
+            given = [kwargs["size"]] if "size" in kwargs else args
+            if len(given) == 1 and objs_of(given[0], "list"):  # `torch.randn(x.size())`: a list of sizes
+                given = list(self.exact_items(given[0], st) or given)
+            return sizes(given)
         if rule == "first":
             return sizes(args[:1]) if args else None
         if rule == "last":
@@ -392,6 +437,8 @@ class Shapes:
         if name == "multinomial" and "self" in bound:  # `num_samples` indices per row of probabilities
             p, n = of(bound["self"]), int_of(bound.get("num_samples", EMPTY))
             return p[:-1] + (n,) if p and n is not None else None
+        if name == "interpolate" and "input" in bound:
+            return _resized(of(bound["input"]), bound.get("size"))
         if name == "scaled_dot_product_attention" and "query" in bound and "value" in bound:
             q, v = of(bound["query"]), of(bound["value"])  # (..., L, E) and (..., S, Ev): (..., L, Ev)
             return q[:-1] + v[-1:] if q and v and len(q) == len(v) else None

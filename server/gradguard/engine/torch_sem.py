@@ -23,7 +23,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces
+from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces, several
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import (
     GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
@@ -295,12 +295,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         shape = self.op_shape(info, bound, st)
         if info.name.split(".")[-1] in K.LOSS_SHAPES and shape != ():
             self.facts.unreduced.add(id(node))  # `F.mse_loss(x, y, reduction="none")`
+        several = shape is None and self.keeps_several(info, bound)
         if not info.differentiable:
-            return self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs), shape)
+            return self.with_several(self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs),
+                                                     shape), several)
         arg_list = [(bound_nodes.get(p), bound[p]) for p in info.params if p in bound]
         out = self.with_dtype(self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view,
                                                              base=self_val, sub=sub, arg_nodes=arg_list, parts=parts),
                                               shape), self.op_dtype(info, bound))
+        out = self.with_several(out, several)
         split = pieces(shape_of(self_val), info.name.split(".")[-1], bound) if info.name in ("split", "chunk") else None
         if split is not None and tensor_of(out) is not None:  # `q, k, v = x.split(d, -1)`: each piece's shape
             return frozenset({Tup(tuple(frozenset({replace(tensor_of(out), shape=s)}) for s in split))})
@@ -630,7 +633,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference,
                                      deps=frozenset(), shape=t.shape, dtype=t.dtype)})
         if name in ("T", "mT", "H", "mH", "real", "imag"):
-            return self.view_of(v, node, st)
+            shape = t.shape if name in ("real", "imag") or t.shape is None else \
+                t.shape[::-1] if name in ("T", "H") else t.shape[:-2] + t.shape[-2:][::-1] if len(t.shape) >= 2 else None
+            return self.with_several(self.with_shape(self.view_of(v, node, st), shape), several(v))
         if name == "requires_grad":
             return const(t.rg) if t.rg is not None else UNKNOWN
         if name == "is_leaf":
@@ -1420,6 +1425,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         items = self.exact_items(v, st)
         return None if items is None else len(items)
 
+    def type_of(self, a):
+        """`type(a)`: a builtin container's class, or the class of an instance made here; None otherwise."""
+        if isinstance(a, Tup):
+            return None if a.names else Ref("builtins.tuple")
+        if isinstance(a, Obj) and a.kind in ("list", "dict"):
+            return Ref("builtins." + a.kind)
+        if isinstance(a, Obj) and a.id in self.obj_class:
+            return Obj(self.obj_class[a.id], "class")
+        return None
+
     def call_builtin(self, name, args, kwargs, st, node):
         a0 = args[0] if args else UNKNOWN
         if name in ("any", "all") and len(args) == 1 and (items := self.exact_items(a0, st)) is not None:
@@ -1434,6 +1449,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(array_of(a0).shape[0])
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
+        if name == "type" and len(args) == 1 and (kinds := {self.type_of(a) for a in a0}) and None not in kinds \
+                and len(kinds) == 1:  # `type(outputs)(gen)` rebuilds a tuple (a gather of replicas' outputs)
+            return frozenset(kinds)
         if name == "id" and (ident := self.identity(a0)) is not None:  # a cache keyed by `id(inputs)`
             return const(Token(ident))
         if name in ("len", "id", "hash", "round", "abs") and tensor_of(a0) is None:
@@ -1494,7 +1512,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "sum":
             elems = self.every_element(a0, st)
             if tensor_of(elems) is not None:
-                return self.apply_op("add", node, [elems, elems], {}, st)
+                out = self.apply_op("add", node, [elems, elems], {}, st)
+                items = self.exact_items(a0, st)  # `sum([a, b])` is `0 + a + b`: the broadcast of them all
+                return self.with_broadcast(out, [const(0), *items]) if items else out
             return frozenset({Num()}) if self.kind(elems) == "number" else UNKNOWN
         if name in ("min", "max"):
             vals = args if len(args) > 1 else self.exact_items(a0, st) or [self.iter_elements(a0, st)]
@@ -2279,6 +2299,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 self.facts.unreduced.add(id(node))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
+        if kind in K.LAYER_SHAPES.get("keep_shape", ()) and args:
+            out = self.with_shape(out, shape_of(args[0]))
         if m.id[0] == "sub" and kind == "opaque":
             # An attribute of a module the engine cannot see, called: a submodule's forward, or a
             # method that may return anything else (`model.split_edges(edges)`): no must fact.

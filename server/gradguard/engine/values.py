@@ -72,6 +72,9 @@ class Tensor:
     ident: Optional[tuple] = None
     batch: bool = False  # a DataLoader's batch: made when a loop reads it, in the mode there (see `batch_read`)
     device: Optional[str] = None  # "cpu" or "cuda" when surely there (a factory's, a conversion's)
+    # surely not exactly one element though its shape is not known: an operand's was (broadcasting
+    # never turns a size other than 1 into 1, a reshape keeps the count)
+    several: bool = False
 
     def sure_regions(self, kind: str) -> frozenset:
         return frozenset(r for k, r in self.sure if k == kind)
@@ -299,7 +302,8 @@ def join_tensors(ts: list) -> Tensor:
                   _tri_join_all(t.inference for t in ts),
                   None if any(t.deps is None for t in ts) else frozenset().union(*(t.deps for t in ts)),
                   _tri_join_all(t.shape for t in ts), _tri_join_all(t.dtype for t in ts),
-                  _tri_join_all(t.ident for t in ts), device=_tri_join_all(t.device for t in ts))
+                  _tri_join_all(t.ident for t in ts), device=_tri_join_all(t.device for t in ts),
+                  several=all(surely_several(t) for t in ts))
 
 
 MAX_ATOMS = 12
@@ -368,6 +372,12 @@ def join_all(values: Iterable[frozenset]) -> frozenset:
     for v in values:
         out = join(out, v)
     return out
+
+
+def surely_several(t: Tensor) -> bool:
+    """Whether a tensor surely does not have exactly one element (0 elements is not one either):
+    one of its sizes is known and is not 1, or an op kept that from an operand (`several`)."""
+    return t.several or t.shape is not None and any(d is not None and d != 1 for d in t.shape)
 
 
 def graph_unknown(t: Tensor) -> Tensor:

@@ -37,12 +37,12 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
-    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``INDEX_SHAPE_OPS`` / ``MATMUL_SHAPE_OPS`` /
-    ``LAYER_SHAPES``
+    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``SAME_NUMEL_OPS`` / ``INDEX_SHAPE_OPS`` /
+    ``MATMUL_SHAPE_OPS`` / ``LAYER_SHAPES``
         where shapes are known from: how a factory states its sizes, the shape a loss
-        returns with ``reduction='none'``, ops that keep their input's shape or take their
-        index's (``gather``), products shaped like ``torch.matmul``'s, layers by
-        what they keep of ``(N, C, *spatial)``.
+        returns with ``reduction='none'``, ops that keep their input's shape or its number
+        of elements, or take their index's (``gather``), products shaped like
+        ``torch.matmul``'s, layers by what they keep of ``(N, C, *spatial)``.
     ``LAYER_GEOMETRY``
         for convolutions and pooling layers, their kind, their number of spatial dimensions
         and the order of their leading constructor parameters, from which their spatial
@@ -103,10 +103,10 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "GRAD_MODE_QUERIES", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
+    "SAME_SHAPE_OPS", "SAME_NUMEL_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
     "RECURRENT_PARAMETERS",
     "DEFAULT_FLOAT_FACTORIES",
-    "PYTHON_NUMBERS", "TYPED_FACTORIES",
+    "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS",
@@ -662,6 +662,8 @@ def _api_table(name: str):
         return FrozenMap((k, frozenset(v)) for k, v in api["shapes"]["layers"].items())
     if name == "SAME_SHAPE_OPS":
         return frozenset(api["shapes"]["same_shape"])
+    if name == "SAME_NUMEL_OPS":
+        return frozenset(api["shapes"]["same_numel"])
     if name == "TYPED_FACTORIES":  # `torch.LongTensor(...)`: the dtype its name says
         return FrozenMap(api["shapes"]["typed_factories"])
     if name == "DEFAULT_FLOAT_FACTORIES":
@@ -704,6 +706,8 @@ def _api_table(name: str):
         return frozenset(api["parameter_classes"]["names"])
     if name == "PYTHON_NUMBERS":
         return frozenset(api["python_numbers"]["names"])
+    if name == "PYTHON_CONSTANTS":
+        return FrozenMap(api["python_numbers"]["constants"])
     if name == "MODULE_WRAPPERS":
         return frozenset(api["module_wrappers"]["names"])
     if name == "MODULE_METHODS":
