@@ -79,6 +79,23 @@ def call_numpy(name: str, args: list, kwargs: dict):
     return None
 
 
+def joined(name: str, arrays: list, kwargs: dict):
+    """`np.stack(arrays)`, `np.concatenate(arrays)` of arrays known one by one: their common dtype,
+    and the shape when the axis is the default and the sizes are known; None if it is no join."""
+    how = K.NUMPY_ARRAYS.joins.get(name)
+    if how is None or not arrays or any(a is None for a in arrays) or not set(kwargs) <= {"axis"}:
+        return None
+    dtypes = {a.dtype for a in arrays}
+    shapes = {a.shape for a in arrays}
+    shape = None
+    if not kwargs and len(shapes) == 1 and None not in shapes and how == "new":
+        shape = (len(arrays),) + next(iter(shapes))
+    elif not kwargs and how == 0 and all(a.shape for a in arrays) and len({a.shape[1:] for a in arrays}) == 1:
+        firsts = [a.shape[0] for a in arrays]
+        shape = ((sum(firsts) if None not in firsts else None),) + arrays[0].shape[1:]
+    return frozenset({Array(shape, dtypes.pop() if len(dtypes) == 1 else None)})
+
+
 def array_method(a: Array, name: str, args: list):
     if name == "astype" and args:
         return frozenset({Array(a.shape, dtype_name(args[0]))})

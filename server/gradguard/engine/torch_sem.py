@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arguments import ArgumentParsers
-from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, fill_dtype, tensor_from_array
+from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, fill_dtype, joined, tensor_from_array
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
@@ -826,7 +826,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if target is not None and t.dtype is not None and t.rg is True:
             if target != t.dtype:
                 return False  # another dtype: a copy, with a grad_fn, whatever the device
-            if name != "to" or not device_given(args, kwargs):
+            other = tensor_of(args[0]) if name in ("to", "type_as") and args and len(args[0]) == 1 else None
+            if other is not None:  # `x.to(y)`, `x.type_as(y)`: y's device too
+                same = other.device is not None and other.device == t.device
+            else:
+                same = name != "to" or not device_given(args, kwargs)
+            if same:
                 return t.leaf  # the same dtype on the same device: the tensor itself
         return t.leaf if t.leaf is False else None
 
@@ -847,7 +852,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return K.DTYPE_METHODS[name]
         if name == "to":
             given = kwargs.get("dtype") or next((a for a in args if self.dtype_named(a)), None)
+            if given is None and args and len(args[0]) == 1 and tensor_of(args[0]) is not None:
+                return tensor_of(args[0]).dtype  # `x.to(other)`: other's dtype (and device)
             return self.dtype_named(given) if given is not None else None
+        if name == "type_as" and args and len(args[0]) == 1 and tensor_of(args[0]) is not None:
+            return tensor_of(args[0]).dtype
         return None
 
     def dtype_named(self, v):
@@ -1212,6 +1221,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             for arg_node, arg in list(zip(node.args, args))[:1 if dotted not in K.TO_NUMPY.functions else None]:
                 if not isinstance(arg_node, ast.Starred):
                     self.to_numpy(node, arg_node, arg, kwargs, st, sequence=True)
+        if dotted.startswith("numpy.") and len(args) == 1 and is_sequence(args[0]):
+            items = self.exact_items(args[0], st)
+            arrays = [array_of(i) for i in items] if items is not None else None
+            # (arrays not known one by one: the one standing for all gives the dtype, not the shape)
+            made = joined(dotted[6:], arrays, kwargs) if arrays is not None else \
+                joined(dotted[6:], [array_of(self.iter_elements(args[0], st))], {"axis": UNKNOWN})
+            if made is not None:
+                return made
         if dotted.startswith("numpy.") and (made := call_numpy(dotted[6:], args, kwargs)) is not None:
             return made
         if root not in ("torch", "nn", "F") and not dotted.startswith(("torch.", "pytorch_lightning", "lightning")):
@@ -1308,7 +1325,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 (fill_dtype(args[1], None if self.default_dtype_set else "float32")
                  if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
-                 and tensor_of(args[0]) is not None else None)
+                 and tensor_of(args[0]) is not None else None) or \
+                (self.data_dtype(args[0], st) if last in ("tensor", "as_tensor") and args else None)
             device = self.device_named(kwargs["device"]) if "device" in kwargs else "cpu" if self.default_cpu else None
             return frozenset({replace(tensor_of(made), dtype=dtype or tensor_of(made).dtype, device=device)})
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
@@ -1424,6 +1442,21 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return None if keys is None else len(keys)
         items = self.exact_items(v, st)
         return None if items is None else len(items)
+
+    def data_dtype(self, v, st, depth: int = 0) -> str | None:
+        """The dtype `torch.tensor(data)` infers from literal data: floats give the default
+        float dtype, ints int64, bools bool (mixed: the widest); a numpy array keeps its own."""
+        if array_of(v) is not None:
+            return array_of(v).dtype
+        floating = None if self.default_dtype_set else "float32"
+        if len(v) == 1 and isinstance(next(iter(v)), Const):
+            return fill_dtype(v, floating)
+        items = self.exact_items(v, st) if depth < 3 else None
+        kinds = {self.data_dtype(i, st, depth + 1) for i in items or ()}
+        if not kinds or None in kinds:
+            return None
+        return next((k for k in (floating, "int64", "bool") if k in kinds), None) if kinds <= {floating, "int64", "bool"} \
+            else None
 
     def type_of(self, a):
         """`type(a)`: a builtin container's class, or the class of an instance made here; None otherwise."""

@@ -545,6 +545,7 @@ class NumpyArrays:
     elementwise: frozenset  # functions whose result has their argument's shape and dtype
     keep_dtype: frozenset  # torch functions making a tensor of the array's dtype
     float32: frozenset  # torch functions making a float32 tensor
+    joins: Mapping  # `np.stack(arrays)`: "new" (a new first axis) or the axis it joins along by default
 
 
 @dataclass(frozen=True)
@@ -671,7 +672,8 @@ def _api_table(name: str):
     if name == "NUMPY_ARRAYS":
         a = api["numpy_arrays"]
         return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["generators"]),
-                           frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]))
+                           frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]),
+                           FrozenMap(a["joins"]))
     if name == "RECURRENT_PARAMETERS":
         r = api["modules"]["recurrent_parameters"]
         return RecurrentParameters(tuple(r["layer"]), r["reverse"])
