@@ -668,7 +668,8 @@ class Expressions:
     def bind_class_member(self, v, obj, st, node):
         out = EMPTY
         for a in v:
-            if isinstance(a, Func) and not isinstance(a.node, ast.Lambda):
+            if isinstance(a, Func) and (not isinstance(a.node, ast.Lambda) or a.kind != "cached_property"):
+                # (a lambda in a class body is a method too: `scale = lambda self, x: x * 2`)
                 if a.kind == "property" and obj.kind != "class":
                     out = join(out, self.call_function(a, [frozenset({obj})], {}, st, node))
                 elif a.kind == "cached_property" and obj.kind != "class":

@@ -57,7 +57,8 @@ SLOTS = "<parameter slots>"  # on a module: the names `m._parameters[name] = v` 
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
-                           "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars"})
+                           "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars", "property",
+                           "staticmethod", "classmethod"})
 
 
 def device_given(args, kwargs) -> bool:
@@ -1482,6 +1483,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(array_of(a0).shape[0])
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
+        if name in ("property", "staticmethod", "classmethod") and len(args) == 1 and len(a0) == 1 \
+                and isinstance(f := next(iter(a0)), Func) and f.kind == "function" and not kwargs:
+            return frozenset({replace(f, kind=name)})  # `srcdata = property(lambda self: self.ndata)`
         if name == "type" and len(args) == 1 and (kinds := {self.type_of(a) for a in a0}) and None not in kinds \
                 and len(kinds) == 1:  # `type(outputs)(gen)` rebuilds a tuple (a gather of replicas' outputs)
             return frozenset(kinds)
