@@ -17,10 +17,22 @@ FLAG_DEFAULTS = {"store_true": False, "store_false": True}
 
 
 class ArgumentParsers:
-    def make_parser(self, st, node):
-        """`argparse.ArgumentParser(...)`: no options yet."""
+    def make_parser(self, st, node, kwargs=None):
+        """`argparse.ArgumentParser(...)`: no options yet, or those of its `parents=[...]`, in order
+        (argparse copies each parent's actions and defaults into the new parser)."""
         obj = Obj(("parser",) + self.region_id(node, "parser"), "argparser")
-        st.heap[obj.id] = {}
+        attrs = {}
+        parents = (kwargs or {}).get("parents")
+        if parents is not None:
+            items = self.exact_items(parents, st)
+            if items is None:
+                attrs[OPAQUE] = const(True)
+            for item in items or ():
+                if len(item) == 1 and isinstance(next(iter(item)), Obj) and next(iter(item)).kind == "argparser":
+                    attrs.update(st.heap.get(next(iter(item)).id) or {})
+                else:
+                    attrs[OPAQUE] = const(True)
+        st.heap[obj.id] = attrs
         return frozenset({obj})
 
     def parser_method(self, parser: Obj, name, args, kwargs, st, node):

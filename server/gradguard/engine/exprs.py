@@ -329,16 +329,18 @@ class Expressions:
 
     def comprehension(self, node, st, elt_nodes, first=None):
         """The elements' values, one evaluation standing for all (`first`: the first generator's
-        iterable, if already evaluated)."""
+        iterable, if already evaluated), and whether every `if` surely holds for every element
+        (`if p.requires_grad` over weights that all require grad)."""
         inner = st.copy()
+        keeps_all = True
         for gen in node.generators:
             it = first if first is not None and gen is node.generators[0] else self.eval(gen.iter, inner)
             self.assign(gen.target, self.batch_read(self.iter_elements(it, inner)), inner, node, local=True)
             for cond in gen.ifs:
-                self.eval(cond, inner)
+                keeps_all &= self.truth_of(self.eval(cond, inner), inner) is True
         vals = [self.eval(e, inner) for e in elt_nodes]
         self.leave_comprehension(node, st, inner)
-        return vals
+        return vals, keeps_all
 
     def leave_comprehension(self, node, st, inner):
         """What a comprehension's elements did (`[opt.step() for opt in opts]` marking the
@@ -355,18 +357,24 @@ class Expressions:
         if exact is not None:
             items = tuple(v for v, in exact)
             return self.known_sequence(items, st, node)
-        (v,) = self.comprehension(node, st, [node.elt], first=it)
+        (v,), keeps_all = self.comprehension(node, st, [node.elt], first=it)
         # one element per element of a sequence that surely has one: not empty either
         once = len(node.generators) == 1 and not node.generators[0].ifs and self.is_nonempty(it, st)
-        return self.make_sequence(v, st, node, nonempty=once)
+        out = self.make_sequence(v, st, node, nonempty=once)
+        gen = node.generators[0]
+        if len(node.generators) == 1 and keeps_all and isinstance(gen.target, ast.Name) \
+                and isinstance(node.elt, ast.Name) and node.elt.id == gen.target.id:
+            # `[p for p in m.parameters() if p.requires_grad]`: the same elements, those it surely holds too
+            self.contains(out, self.contained(it, st), st)
+        return out
 
     def exact_comprehension(self, node, it, st, elt_nodes, most=6):
         """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
-        blocks, not one standing for all), when its one plain generator runs over at most `most`
-        known elements (`it`: the generator's iterable): for each, the values of `elt_nodes`;
-        None otherwise."""
+        blocks, not one standing for all), when its one generator runs over at most `most` known
+        elements (`it`: the generator's iterable) and its filters are decided for each: for each
+        element kept, the values of `elt_nodes`; None otherwise."""
         gen = node.generators[0]
-        if len(node.generators) != 1 or gen.ifs or gen.is_async:
+        if len(node.generators) != 1 or gen.is_async:
             return None
         items = self.exact_items(it, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
@@ -376,14 +384,25 @@ class Expressions:
         vals = []
         self.unrolling += 1
         try:
-            for i in range(count):
-                elem = items[i] if items is not None else counter(i, self.iter_elements(it, inner))
+            elems = [items[i] if items is not None else counter(i, self.iter_elements(it, inner)) for i in range(count)]
+            if gen.ifs:  # `{k: v for k, v in cfg.items() if k != "type"}`: each filter decided first, for each
+                kept = [self.kept(gen, elem, inner.copy(), node) for elem in elems]
+                if None in kept:
+                    return None
+                elems = [elem for elem, keep in zip(elems, kept) if keep]
+            for elem in elems:
                 self.assign(gen.target, elem, inner, node, local=True)
                 vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
         finally:
             self.unrolling -= 1
         self.leave_comprehension(node, st, inner)
         return tuple(vals)
+
+    def kept(self, gen, elem, st, node) -> bool | None:
+        """Whether a comprehension's filters keep `elem` (None: not known)."""
+        self.assign(gen.target, elem, st, node, local=True)
+        truths = [self.truth_of(self.eval(c, st), st) for c in gen.ifs]
+        return None if None in truths else all(truths)
 
     expr_SetComp = expr_ListComp
     expr_GeneratorExp = expr_ListComp
@@ -393,7 +412,7 @@ class Expressions:
         exact = self.exact_comprehension(node, it, st, [node.key, node.value])
         if exact is not None:  # `{i: peer(x) for i, peer in enumerate(self.peers)}`: each item known
             return self.new_dict(node, [k for k, _ in exact], [v for _, v in exact], st)
-        k, v = self.comprehension(node, st, [node.key, node.value], first=it)
+        (k, v), _ = self.comprehension(node, st, [node.key, node.value], first=it)
         obj = Obj(self.container_id("dict", node), "dict")
         st.heap[obj.id] = {"<elems>": v, "<keys>": k}
         return frozenset({obj})

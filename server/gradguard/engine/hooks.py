@@ -88,8 +88,13 @@ class ModuleHooks:
             """The forward hooks of one alternative (a hook registered on one of several layers
             in a loop is perhaps on this one): each may replace the output."""
             result = out
+            box = ("hook_output", self.frame.ctx, id(node))
             for fn in hooks.items:
+                # the output is held in the state while the hook runs: what the hook does to the tensor
+                # object itself (`output.requires_grad_(True)`) is what the caller gets back
+                st.heap[box] = {"<out>": result}
                 got = self.call_value(fn, [me, frozenset({Tup(tuple(args))}), result], {}, st, node)
+                result = (st.heap.pop(box, None) or {}).get("<out>", result)
                 result = result if got == NONE else join(result, got - NONE) if got & NONE else got
             return result
         return self.alternatives(fwd, st, forward_hooks)

@@ -205,14 +205,15 @@ class RaiseChecks:
                     # in the call itself (`grad(e, x[a:b])`), which no graph built before can use.
                     # `origin`: the cuts of a graph that reached it (a `.detach()` that may be why)
                     cuts = tuple(c for c, reach in self.facts.cut_reach.items() if reach & x.objs)
-                    self.note_raise("grad_unused", node, item_node, x, origin=cuts)
+                    self.note_raise("grad_unused", node, item_node, x, origin=cuts,
+                                    member=item_node is inputs_node and sure_tensor(inputs) is None)
                     return
             return
         elems = sure_tensor(self.iter_elements(inputs, st))
         if elems is None or elems.rg is not True:
             return  # an element that does not require grad raises another error first
         if self.contained(inputs, st) - reached:
-            self.note_raise("grad_unused", node, inputs_node, t, origin=())
+            self.note_raise("grad_unused", node, inputs_node, t, origin=(), member=inputs_node is not None)
 
     def viewed_here(self, t: Tensor, node) -> bool:
         """Whether `t` is the view of a tensor that the expression `node` (`x[a:b]`) makes."""

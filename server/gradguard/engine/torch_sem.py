@@ -1187,7 +1187,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted in NAMESPACES:
             return self.namespace(args, kwargs, st, node)
         if dotted == "argparse.ArgumentParser":
-            return self.make_parser(st, node)
+            return self.make_parser(st, node, kwargs)
         if dotted == "torch.is_tensor" and args:  # `isinstance(x, torch.Tensor)`
             t = self.isinstance_truth(args[0], frozenset({Ref("torch.Tensor")}), st)
             return const(t) if t is not None else UNKNOWN
@@ -1956,6 +1956,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     "buffers", "named_buffers", "append", "extend", "insert", "register_forward_hook",
                     "register_forward_pre_hook"):
             return frozenset({Method(frozenset({m}), name)})
+        if name in ("items", "keys", "values") and st.get_attr(m.id, MODULE_KEYS) is not None:
+            return frozenset({Method(frozenset({m}), name)})  # a ModuleDict's
         info = self.builtin_info(m)
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
@@ -2001,6 +2003,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return self.known_sequence(vals, st, node)
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
+        if name in ("items", "keys", "values") and not args and \
+                (keys := literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)) is not None:
+            # a ModuleDict: its keys in order, each with the module it holds now
+            vals = [const(k) if name == "keys" else st.get_attr(m.id, k) or UNKNOWN if name == "values" else
+                    frozenset({Tup((const(k), st.get_attr(m.id, k) or UNKNOWN))}) for k in keys]
+            return self.known_sequence(vals, st, node)
         if name in ("modules", "children", "named_modules", "named_children"):
             named = self.named_children(m, st) if name.endswith("children") else self.named_modules(m, st)
             if named is not None:  # each one known, with its name: a loop over them runs on each

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gradguard import fixes
 from gradguard.facts import Facts
 from gradguard.findings import Related
-from gradguard.rules.base import RaiseRule
+from gradguard.rules.base import RaiseRule, named
 
 
 class GradUnused(RaiseRule):
@@ -86,8 +86,8 @@ grads = torch.autograd.grad(loss, params)  # error
     def check(self, facts: Facts):
         for r in self.raises(facts):
             if r.target is not None:
-                what = (f"`{facts.text(r.target)}`, which the outputs do not depend on (if they were computed from "
-                        f"a copy of it, that copy is the tensor to differentiate)")
+                what = (f"{named(facts, r, 'a tensor')}, which the outputs do not depend on (if they were computed "
+                        f"from a copy of it, that copy is the tensor to differentiate)")
             else:
                 what = "the parameters of a layer the outputs do not depend on"
             message = (f"`torch.autograd.grad` is asked for the gradient of {what}: this raises 'The differentiated "
