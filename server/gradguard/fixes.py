@@ -1248,10 +1248,10 @@ def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
     the name the model reads and the optimizer holds is one leaf.  Only where the optimizer
     is given that very name: elsewhere the model would read another tensor than the one
     optimized."""
-    if r.target is None:
-        return _convert_before_wrapping(facts) or _origin_leaf(facts, r)
-    if _chains_elements(r.target):
+    if r.target is not None and _chains_elements(r.target):
         return _chain_iterables(facts, r.target)
+    if r.target is None or r.member:  # (a list holding it: where it was made, if anywhere)
+        return _convert_before_wrapping(facts) or _origin_leaf(facts, r)
     name = facts.text(r.target, 200)
     if r.origin:
         stmts = [statement_of(facts, r.origin[0])]
@@ -1340,7 +1340,7 @@ def _chain_iterables(facts: Facts, call: ast.Call) -> tuple[Fix, ...]:
 def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
     """`y = y.detach()` before the statement that changes the flag: the copy is a leaf.  Setting
     it to True becomes `y.requires_grad_()`, which a non-leaf that requires grad accepts."""
-    if not isinstance(r.target, (ast.Name, ast.Attribute)):
+    if not isinstance(r.target, (ast.Name, ast.Attribute)) or r.member:  # (a module holding it: no one name)
         return ()
     stmt = statement_of(facts, r.node)
     name = facts.text(r.target, 200)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
+from gradguard.engine.shapes import SIZES
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import State, join_states, mark_detached, surely_bound
 from gradguard.engine.contexts import managed_call
@@ -24,6 +25,7 @@ from gradguard.engine.values import (
 
 _NUM = Num()
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+IS_LIST = "<is list>"  # on a sequence object: it is a list (a display), not a tuple it may stand for
 LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
 BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
 
@@ -131,7 +133,11 @@ class Expressions:
         exact = None if any(isinstance(e, ast.Starred) for e in node.elts) else tuple(items)
         if exact:
             self.nonleaf_member(frozenset({Tup(exact)}), st, node)  # which element put a non-leaf in it
-        return self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=exact)
+        out = self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=exact)
+        if isinstance(node, ast.List):  # a list display: surely a list (a sequence object may stand for a tuple)
+            for a in objs_of(out, "list"):
+                st.set_attr(a.id, IS_LIST, const(True))
+        return out
 
     expr_Set = expr_List
 
@@ -285,8 +291,35 @@ class Expressions:
         if t is None and len(node.ops) == 1:
             t = _fold_compare(node.ops[0], left, vals[0])
         if t is None and len(node.ops) == 1:
+            t = self.sequence_compare(node.ops[0], left, vals[0], st)
+        if t is None and len(node.ops) == 1:
             t = self.type_compare(node, vals[0], st)
         return const(t) if t is not None else UNKNOWN
+
+    def sequence_compare(self, op, left, right, st):
+        """`x.shape != y.shape`, `[1, 2] == [1, 2]`: two sequences surely of one kind (tuples, and
+        `torch.Size` is one; lists) whose items are each one known constant are equal exactly when
+        their items are."""
+        if not isinstance(op, (ast.Eq, ast.NotEq)) or len(left) != 1 or len(right) != 1:
+            return None
+        (a,), (b,) = tuple(left), tuple(right)
+        kinds = {self.sequence_kind(a, st), self.sequence_kind(b, st)}
+        if len(kinds) != 1 or None in kinds:
+            return None
+        va, vb = self.constant_items(a, st), self.constant_items(b, st)
+        if va is None or vb is None:
+            return None
+        return (list(va) == list(vb)) == isinstance(op, ast.Eq)
+
+    @staticmethod
+    def sequence_kind(a, st) -> str | None:
+        """"tuple" for a tuple or a `torch.Size`, "list" for a list display, None when not sure."""
+        if isinstance(a, Tup):
+            return "tuple"
+        if isinstance(a, Obj) and a.kind == "list":
+            return "tuple" if st.get_attr(a.id, SIZES) == const(True) else \
+                "list" if st.get_attr(a.id, IS_LIST) == const(True) else None
+        return None
 
     def type_compare(self, node, cls, st):
         """`type(x) is np.ndarray` (or `==`, `is not`, `!=`): false when `x` is surely no instance
@@ -1129,7 +1162,7 @@ class Expressions:
         classes = frozenset(c for a in classes for c in (frozenset().union(*a.items) if isinstance(a, Tup) else {a}))
         if classes and all(isinstance(a, Ref) and a.dotted in BUILTIN_CLASSES for a in classes):
             types = tuple(BUILTIN_CLASSES[a.dotted] for a in classes)
-            truths = {_is_instance(a, types) for a in v}
+            truths = {(list in types) if self.sequence_kind(a, st) == "list" else _is_instance(a, types) for a in v}
             return truths.pop() if len(truths) == 1 else None
         if classes and all(isinstance(a, Ref) and a.dotted == "numpy.ndarray" for a in classes):
             truths = {True if isinstance(a, Array) else False if isinstance(a, (Tensor, Tup, Const, Num, Obj)) else None
@@ -1245,6 +1278,11 @@ def _fold_compare(op, left, right):
     (`bank.get() is not None`: the method's result in this state)."""
     if isinstance(op, (ast.Is, ast.IsNot)) and right == NONE:
         return _fold_none_test(op, left)
+    if isinstance(op, (ast.Is, ast.IsNot)) and (want := literal_of(right, bool)) is not None:
+        # `self.training is False`: True and False are singletons, so identity is equality of bools
+        found = {isinstance(a, Const) and a.value is want for a in left} if left and \
+            all(isinstance(a, Const) for a in left) else {None}
+        return found.pop() == isinstance(op, ast.Is) if len(found) == 1 and None not in found else None
     fn = _COMPARE.get(type(op))
     a, b = literal_of(left, int, float), literal_of(right, int, float)
     return None if fn is None or a is None or b is None else fn(a, b)

@@ -143,11 +143,12 @@ class RaiseChecks:
         return (written, t, False) if written is not None else (holder, t, True)
 
     # ----------------------------------------------------------------- requires_grad
-    def set_requires_grad(self, node, target, t: Tensor | None, flag, setter: bool) -> None:
+    def set_requires_grad(self, node, target, t: Tensor | None, flag, setter: bool, member: bool = False) -> None:
         """`t.requires_grad = flag` raises on a non-leaf whatever the flag; `t.requires_grad_(flag)`
-        only when it would turn grad off (a non-leaf already requires grad)."""
+        only when it would turn grad off (a non-leaf already requires grad).  `member`: `target`
+        holds the tensor (a module whose parameter it is)."""
         if non_leaf(t) and (setter or flag is False):
-            self.note_raise("requires_grad_nonleaf", node, target, t)
+            self.note_raise("requires_grad_nonleaf", node, target, t, member=member)
 
     # ----------------------------------------------------------------- inference tensors
     def inference_site(self):

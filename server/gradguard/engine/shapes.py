@@ -24,6 +24,7 @@ from gradguard.engine.values import (
 Shape = Optional[tuple]
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
 SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension, not known
+SIZES = "<sizes>"  # on a sequence object: it is a `torch.Size` (`x.shape`), a tuple
 
 
 def broadcast(shapes: list) -> Shape:
@@ -307,6 +308,15 @@ def spatial(geo: tuple | None, sizes: tuple) -> tuple:
     return tuple(o if o is None or o > 0 else None for o in out)
 
 
+def _functional_layer(name: str) -> str | None:
+    """The pooling layer a functional pooling op computes as (`max_pool2d`: `MaxPool2d`)."""
+    for prefix, cls in (("adaptive_avg_pool", "AdaptiveAvgPool"), ("adaptive_max_pool", "AdaptiveMaxPool"),
+                        ("max_pool", "MaxPool"), ("avg_pool", "AvgPool")):
+        if name.startswith(prefix) and cls + name[len(prefix):] in K.LAYER_GEOMETRY:
+            return cls + name[len(prefix):]
+    return None
+
+
 def size_items(shape: Shape, size) -> tuple | None:
     """`x.shape` item by item: each size known where the shape knows it, `size` (some size)
     elsewhere; None when the rank is not known."""
@@ -442,6 +452,15 @@ class Shapes:
         if name == "scaled_dot_product_attention" and "query" in bound and "value" in bound:
             q, v = of(bound["query"]), of(bound["value"])  # (..., L, E) and (..., S, Ev): (..., L, Ev)
             return q[:-1] + v[-1:] if q and v and len(q) == len(v) else None
+        pooled = _functional_layer(name)
+        if pooled is not None:  # `F.max_pool2d(x, 2)`: the formula of the layer `nn.MaxPool2d(2)`
+            first = next((p for p in info.params if p in info.tensor_params), None)
+            x = of(bound[first]) if first in bound else None
+            rank = K.LAYER_GEOMETRY[pooled][1]
+            if not x or len(x) not in (rank + 1, rank + 2):
+                return None
+            lead = len(x) - rank
+            return x[:lead] + spatial(geometry(pooled, [], {k: v for k, v in bound.items() if k != first}), x[lead:])
         if name in K.MATMUL_SHAPE_OPS:
             tensors = [p for p in info.params if p in info.tensor_params]
             return matmul(*(of(bound.get(p, frozenset())) for p in tensors)) if len(tensors) == 2 else None
@@ -515,10 +534,13 @@ class Shapes:
         return self.sequence_of_sizes(of(v), st, node)
 
     def sequence_of_sizes(self, shape: Shape, st, node):
+        """`x.shape`: a `torch.Size` (a tuple), item by item when the rank is known."""
         items = size_items(shape, SIZE)
-        if items is None:
-            return self.make_sequence(SIZE, st, node)
-        return self.make_sequence(frozenset().union(*items), st, node, nonempty=bool(items), items=items)
+        out = self.make_sequence(SIZE, st, node) if items is None else \
+            self.make_sequence(frozenset().union(*items), st, node, nonempty=bool(items), items=items)
+        for a in objs_of(out, "list"):
+            st.set_attr(a.id, SIZES, const(True))
+        return out
 
     def size_along(self, v, dim):
         """`x.size(1)`, `x.shape[1]`, `len(x)`: that size when the shape knows it."""

@@ -471,7 +471,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         new = self.op_result(node, info, bound, [target_val, *others], st, view=True, base=target_val)
         nt = tensor_of(new)
         if nt is not None:
-            new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False, shape=t.shape)})
+            # the target keeps its shape, and its several elements if the result has them (an in-place
+            # op that succeeds has the broadcast shape of its operands) or it had
+            new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False, shape=t.shape,
+                                     several=nt.several or t.several)})
             self.graph_inplaces += 1
             if t.rg is not True and nt.rg is not False and len(t.objs) == 1:
                 mark_grad_gained(st, next(iter(t.objs)), tensor_of(new), definite)
@@ -2029,6 +2032,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "requires_grad_":
             flag = self.truth_of(args[0]) if args else True
             for x in self.submodules(m, st):
+                # each parameter's `requires_grad_(flag)`: a computed tensor set into `_parameters`
+                # (a hook's `m._parameters[name] = w`) refuses to have grad turned off
+                owner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
+                for slot in self.slots(x, st):
+                    self.set_requires_grad(node, owner, sure_tensor(st.get_attr(x.id, slot) or UNKNOWN), flag,
+                                           setter=False, member=owner is not None)
                 st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
                 st.set_attr(x.id, RG_BY_NAME, NO_FLAGS)
                 self.frozen_by[x.id] = self.statement
