@@ -53,6 +53,7 @@ PLAIN_BASES = frozenset({"builtins.object", "torch.nn.Module", "torch.nn.modules
 # On the dict `vars(obj)` returns: the object whose `__dict__` it is.
 VARS_OF = "<vars of>"
 MODULE_KEYS = "<module keys>"  # on a ModuleDict: its keys, in order, when each is known
+MAX_EXACT_PARAMETERS = 8  # `parameters()` item by item up to this many (a small model's, a meta-learner's)
 SLOTS = "<parameter slots>"  # on a module: the names `m._parameters[name] = v` set (see `set_parameter_slot`)
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
@@ -1194,6 +1195,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted == "torch.is_tensor" and args:  # `isinstance(x, torch.Tensor)`
             t = self.isinstance_truth(args[0], frozenset({Ref("torch.Tensor")}), st)
             return const(t) if t is not None else UNKNOWN
+        if dotted in K.FUNCTIONAL_CALLS and (out := self.functional_call(args, kwargs, st, node)) is not None:
+            return out
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
         if dotted == "functools.partial" and args and (all(isinstance(a, Ref) for a in args[0]) or len(args[0]) == 1) \
@@ -1981,11 +1984,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                       st, strong, "<layers>")
             if name != "add_module":
                 return frozenset({m})
-        if name == "parameters" and any(self.slots(x, st) for x in self.submodules(m, st)):
-            # some are tensors set into `_parameters`: each one as it is, if they are known one by one
+        if name == "parameters" and not args and not kwargs:
+            # each one, when they are known one by one and few (`[p.detach() for p in net.parameters()]` zipped
+            # with their names), or when some are tensors set into `_parameters`
             named = self.named_parameters(m, st)
-            return self.known_sequence([v for _, v in named], st, node) if named is not None else \
-                self.make_sequence(UNKNOWN, st, node)
+            if named is not None and len(named) <= MAX_EXACT_PARAMETERS:
+                return self.known_sequence([v for _, v in named], st, node)
+            if any(self.slots(x, st) for x in self.submodules(m, st)):
+                return self.make_sequence(UNKNOWN, st, node)
         if name == "parameters":
             out = self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
             self.contains(out, frozenset(("params", x.id) for x in self.trainable_layers(m, st)), st)
@@ -2298,6 +2304,44 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(below)
         return out
 
+    def layer_weights(self, m: Obj, st):
+        """The tensors a torch.nn layer's op takes as its parameters: its own, or those set into
+        its `_parameters` in their place (weight dropout, `functional_call`)."""
+        slots = self.slots(m, st)
+        if not slots:
+            return self.param_value(m, st, subtree=True)
+        names = literal_of(st.get_attr(m.id, "<parameters>") or UNKNOWN, tuple)
+        kept = [self.param_value(m, st, name=n) for n in names if n not in slots] if names is not None else \
+            [self.param_value(m, st, subtree=True)]
+        return self.all_of(kept + [st.get_attr(m.id, n) or UNKNOWN for n in slots])
+
+    def functional_call(self, args, kwargs, st, node):
+        """`torch.func.functional_call(model, {name: tensor}, args)`: the model's forward with
+        those tensors in place of the parameters and buffers of those dotted names, which it
+        keeps afterwards.  An unknown call unless every name is known and found."""
+        if len(args) < 2 or len(args[0]) != 1 or not objs_of(args[0], "module"):
+            return None
+        m = next(iter(args[0]))
+        dicts = [args[1]] if objs_of(args[1], "dict") else self.exact_items(args[1], st) or [UNKNOWN]
+        pairs = [p for d in dicts for p in (self.dict_in_order(next(iter(d)), st) if len(d) == 1 and objs_of(d, "dict")
+                                             else None) or [(None, None)]]
+        modules = dict(self.named_modules(m, st) or ())
+        places = [(modules.get(name.rpartition(".")[0]), name.rpartition(".")[2], v) for name, v in pairs
+                  if isinstance(name, str)]
+        if not modules or len(places) != len(pairs) or any(x is None for x, _, _ in places):
+            return None
+        saved = {x.id: st.heap.get(x.id) for x, _, _ in places}
+        for x, attr, v in places:
+            self.set_parameter_slot(x, attr, v, st, node)
+        call_args = args[2] if len(args) > 2 else kwargs.get("args", frozenset({Tup(())}))
+        items = self.exact_items(call_args, st) if is_sequence(call_args) else [call_args]
+        try:
+            return self.call_value(frozenset({m}), list(items) if items is not None else [UNKNOWN], {}, st, node)
+        finally:
+            for oid, attrs in saved.items():  # the module's own parameters again
+                if attrs is not None:
+                    st.heap[oid] = attrs
+
     def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
         kind = self.module_kind.get(m.id, "opaque")
         info = self.builtin_info(m)
@@ -2335,7 +2379,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if st.get_attr(m.id, "<renorms>") == const(True):  # `Embedding(max_norm=...)`: its rows renormed in place
                 self.version_bump(node, frozenset({("params", m.id)}), st, frozenset({("params", m.id)}))
             if info.has_params:
-                pv = self.param_value(m, st, subtree=True)
+                pv = self.layer_weights(m, st)
                 for p in info.param_params:
                     bound[p] = pv
                 inputs.append(pv)

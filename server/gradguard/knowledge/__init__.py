@@ -106,7 +106,7 @@ __all__ = [
     "SAME_SHAPE_OPS", "SAME_NUMEL_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
     "RECURRENT_PARAMETERS",
     "DEFAULT_FLOAT_FACTORIES",
-    "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES",
+    "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES", "FUNCTIONAL_CALLS",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS",
@@ -706,6 +706,8 @@ def _api_table(name: str):
                        t["force_keyword"])
     if name == "PARAMETER_CLASSES":
         return frozenset(api["parameter_classes"]["names"])
+    if name == "FUNCTIONAL_CALLS":
+        return frozenset(api["functional_calls"]["names"])
     if name == "PYTHON_NUMBERS":
         return frozenset(api["python_numbers"]["names"])
     if name == "PYTHON_CONSTANTS":
