@@ -447,6 +447,15 @@ class Shapes:
         if name == "multinomial" and "self" in bound:  # `num_samples` indices per row of probabilities
             p, n = of(bound["self"]), int_of(bound.get("num_samples", EMPTY))
             return p[:-1] + (n,) if p and n is not None else None
+        if name == "t" and "self" in bound:  # `torch.t(x)`: a matrix transposed, a vector as it is
+            x = of(bound["self"])
+            return x[::-1] if x is not None and len(x) <= 2 else None
+        if name == "diag" and "self" in bound and int_of(bound.get("diagonal", const(0))) == 0:
+            x = of(bound["self"])  # a vector's diagonal matrix, a square matrix's diagonal
+            return (x[0], x[0]) if x is not None and len(x) == 1 else (x[0],) if x is not None and len(x) == 2 \
+                and x[0] is not None and x[0] == x[1] else None
+        if name == "cosine_similarity" and "x1" in bound and "x2" in bound:  # the broadcast, without `dim`
+            return reduced(broadcast([of(bound["x1"]), of(bound["x2"])]), bound.get("dim", const(1)), const(False))
         if name == "interpolate" and "input" in bound:
             return _resized(of(bound["input"]), bound.get("size"))
         if name == "scaled_dot_product_attention" and "query" in bound and "value" in bound:

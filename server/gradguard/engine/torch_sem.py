@@ -294,7 +294,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         inputs = [v for v in bound.values() if tensor_of(v) is not None or any(isinstance(a, Unknown) for a in v)]
         if not info.known and any(isinstance(a, Obj) for v in [*args, *kwargs.values()] for a in v):
             inputs.append(UNKNOWN)  # an unknown op given a module, list or dict may reach tensors inside it
-        shape = self.op_shape(info, bound, st)
+        # a keyword the overload chosen has no parameter for (`torch.norm(a, dim=1)` taken for `norm.Scalar`): which
+        # overload runs is not known, nor its shape
+        shape = self.op_shape(info, bound, st) if all(info.param_for_keyword(k) is not None for k in kwargs) else None
         if info.name.split(".")[-1] in K.LOSS_SHAPES and shape != ():
             self.facts.unreduced.add(id(node))  # `F.mse_loss(x, y, reduction="none")`
         several = shape is None and self.keeps_several(info, bound)
