@@ -74,7 +74,7 @@ class Expressions:
 
     def expr_Constant(self, node, st):
         v = node.value
-        if isinstance(v, (bool, str, type(None))) or v is Ellipsis or (isinstance(v, int) and abs(v) < 1 << 16) \
+        if isinstance(v, (bool, str, type(None))) or v is Ellipsis or (isinstance(v, int) and abs(v) < 1 << 31) \
                 or isinstance(v, float):  # `entropy_coef: float = 0.0`, tested with `> 0`
             return const(v)
         if isinstance(v, (int, float, complex)):

@@ -536,6 +536,20 @@ class Shapes:
             return tuple(shape[i] for i in d) if d is not None and sorted(d) == list(range(len(shape))) else None
         if name == "t" and len(shape) <= 2:
             return tuple(reversed(shape))
+        if name in ("expand", "repeat") and args and not kwargs:
+            # `x.expand(4, -1, -1)`: -1 keeps a size, a new leading dimension is added; `x.repeat(1, 8)`:
+            # each size times its count
+            one = next(iter(args[0])) if len(args) == 1 and len(args[0]) == 1 else None
+            sizes = [int_of(a) for a in (list(one.items) if isinstance(one, Tup) else args)]
+            lead = len(sizes) - len(shape)
+            if lead < 0:
+                return None
+            old = (None,) * lead + tuple(shape)
+            if name == "expand":
+                return tuple(old[i] if d == -1 and i >= lead else None if d is None or d < 0 else d
+                             for i, d in enumerate(sizes))
+            return tuple(d if i < lead else None if d is None or old[i] is None else d * old[i]
+                         for i, d in enumerate(sizes))
         return None
 
     def sizes(self, v, st, node):
