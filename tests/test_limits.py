@@ -31,6 +31,7 @@ SMALL = {
     "statements": Limits(statements=40, statements_per_line=0),
     "loop rounds": Limits(loop_rounds=2, concrete_iterations=1),
     "call depth": Limits(call_depth=1),
+    "recursion": Limits(recursion=1),
     "call string": Limits(call_string=1),
     "no calls, one round": Limits(statements=0, statements_per_line=0, loop_rounds=1, concrete_iterations=1,
                                   call_depth=0),

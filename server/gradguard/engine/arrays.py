@@ -62,7 +62,9 @@ def call_numpy(name: str, args: list, kwargs: dict):
         given = kwargs.get("size", kwargs.get("shape", args[where] if len(args) > where else None))
         if given is None:
             return None  # `np.random.uniform(-1, 1)`: a Python float
-        dtype = given_dtype if "dtype" in kwargs else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
+        after = where + (2 if name == "full" else 1)  # `np.zeros(shape, np.float32)`: a dtype given by position
+        dtype = given_dtype if "dtype" in kwargs else dtype_name(args[after]) if len(args) > after \
+            else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
             else None if name == "full" else "int64" if name in t.int_factories else "float64"
         return frozenset({Array(sizes([given]), dtype)})
     if name == "linspace" and set(kwargs) <= {"num", "dtype"}:
@@ -73,6 +75,9 @@ def call_numpy(name: str, args: list, kwargs: dict):
         ints = [int_of(a) for a in args[:3]]
         n = len(range(*ints)) if None not in ints and ints[-1:] != [0] else None
         return frozenset({Array((n,), given_dtype if "dtype" in kwargs else "int64" if None not in ints else None)})
+    like = array_of(args[0]) if args and name in ("zeros_like", "ones_like", "empty_like", "full_like") else None
+    if like is not None and set(kwargs) <= {"dtype"}:  # the shape of the array, its dtype unless given
+        return frozenset({Array(like.shape, given_dtype if "dtype" in kwargs else like.dtype)})
     a = array_of(args[0]) if len(args) == 1 and not kwargs else None
     if a is not None and name in t.elementwise:  # a float array keeps its dtype (sqrt of ints is float64)
         return frozenset({Array(a.shape, a.dtype if a.dtype in _FLOATS else None)})

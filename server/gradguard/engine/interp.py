@@ -1080,7 +1080,13 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         node = func.node
         self.analysed_funcs.add(node)
         depth = sum(1 for n in self.active_calls if not _forwards(n))  # a forwarder adds no depth of its own
-        if node in self.active_calls or depth >= self.limits.call_depth or \
+        # a function that calls itself by its name (`_flatten(x)` in `_flatten`, `self.gather(o)` in `gather`),
+        # walking a nested value, is followed a few levels deep; one reached again another way is not (a module's
+        # `forward` reached through an attribute that may hold the module itself or one of its children)
+        called = getattr(call_node, "func", None)
+        by_name = getattr(called, "id", getattr(called, "attr", None)) == getattr(node, "name", None)
+        if self.active_calls.count(node) >= (self.limits.recursion if by_name else 1) or \
+                depth >= self.limits.call_depth or \
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             # Not followed: its result is unknown (helpers like repackage_hidden detach), and so
             # are the attributes it may have given the objects it got (`self.clear()` making lists)

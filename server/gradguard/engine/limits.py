@@ -38,6 +38,7 @@ class Limits:
     modules: int = 24  # workspace modules one analysis reads
     import_depth: int = 3  # the analysed file's imports, theirs, and theirs
     call_depth: int = 10  # calls followed one inside another
+    recursion: int = 3  # calls of a function by its own name followed inside calls of it, plus one
     call_string: int = 4  # calls a context remembers: regions of a function called from different places
     loop_rounds: int = 6  # iterations of a loop body on the way to its fixpoint
     concrete_iterations: int = 2  # loop iterations run on the exact state the previous one left

@@ -690,6 +690,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if key is None:
                 st.set_attr(o[1], "<rg>", flag)
                 st.set_attr(o[1], RG_BY_NAME, NO_FLAGS)
+                # an `nn.Parameter` a class set as an attribute is one of them: read later, it has the flag
+                truth = self.truth_of(flag)
+                for n, v in list((st.heap.get(o[1]) or {}).items()):
+                    if not n.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
+                                                           and ("params", o[1]) in a.objs for a in v):
+                        st.set_attr(o[1], n, frozenset(replace(a, rg=truth) for a in v))
             else:
                 truth = self.truth_of(flag)
                 st.set_attr(o[1], RG_BY_NAME, frozenset(Const(frozenset({**(d or {}), key: truth}.items()))
@@ -1491,6 +1497,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(array_of(a0).shape[0])
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
+        if name == "len" and len(a0) == 1 and isinstance(obj := next(iter(a0)), Obj) \
+                and (cls := self.obj_class.get(obj.id)) is not None \
+                and (size := self.class_lookup(cls, "__len__", st)) is not None:
+            n = self.call_value(self.bind_class_member(size, obj, st, node), [], {}, st, node)
+            return n if int_of(n) is not None else frozenset({Num()})  # `len(ds)` runs the class's `__len__`
         if name in ("property", "staticmethod", "classmethod") and len(args) == 1 and len(a0) == 1 \
                 and isinstance(f := next(iter(a0)), Func) and f.kind == "function" and not kwargs:
             return frozenset({replace(f, kind=name)})  # `srcdata = property(lambda self: self.ndata)`
