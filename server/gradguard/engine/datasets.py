@@ -5,7 +5,9 @@ give batches collated as torch's default collate does: rows stacked into a new t
 carries the graph of the tensor they came from (encoder outputs handed to a density model's
 `fit`: every batch backpropagates into that one graph).  A batch is made when a loop reads it,
 in the grad mode there: inside `torch.inference_mode()` (a validation loop) an inference
-tensor.  A loop over a loader runs when the dataset's length is known and not 0.
+tensor.  A loop over a loader runs when the dataset's length is known and not 0.  Every batch
+has `batch_size` rows when a `TensorDataset`'s length is a multiple of it (or `drop_last`);
+otherwise how many rows is not known (the last batch may have one).
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from dataclasses import replace
 
 from gradguard.engine.values import UNKNOWN, Const, Num, Obj, Tensor, Tup, const, int_of, item_attr, \
     map_tensors, objs_of, tensor_of
+
+
+ROWS = "<rows>"  # on a TensorDataset: how many rows each of its tensors has
 
 
 class Datasets:
@@ -27,7 +32,10 @@ class Datasets:
             return UNKNOWN
         rows = tuple(self.batch_of(t, t.shape[1:] if t.shape else None) for t in tensors)
         n = tensors[0].shape[0] if tensors[0].shape else None
-        return self.make_sequence(frozenset({Tup(rows)}), st, node, nonempty=isinstance(n, int) and n > 0 or None)
+        out = self.make_sequence(frozenset({Tup(rows)}), st, node, nonempty=isinstance(n, int) and n > 0 or None)
+        if isinstance(n, int) and all(t.shape and t.shape[0] == n for t in tensors):
+            st.set_attr(next(iter(out)).id, ROWS, const(n))  # its length, for the batches a loader makes
+        return out
 
     def data_loader(self, args, kwargs, st, node):
         """`DataLoader(dataset, batch_size=..., drop_last=...)` over a dataset whose items are
@@ -45,9 +53,15 @@ class Datasets:
         parts = elem.items if isinstance(elem, Tup) else (frozenset({elem}),) if isinstance(elem, Tensor) else None
         if parts is None or any(tensor_of(p) is None or len(p) != 1 for p in parts):
             return UNKNOWN
-        rows = [tensor_of(p) for p in parts]  # stacked: a batch of the rows' shape, of a size not known
-        batches = tuple(self.batch_of(t, (None,) + t.shape if t.shape is not None else None) for t in rows)
+        rows = [tensor_of(p) for p in parts]  # stacked: a batch of the rows' shape
         drop_last = self.truth_of(kwargs["drop_last"]) if "drop_last" in kwargs else False
+        # every batch has `batch_size` rows when the dataset's length is a multiple of it (or the rest is
+        # dropped) and the default sampler takes them all; otherwise how many is not known
+        n = int_of(st.get_attr(next(iter(dataset)).id, ROWS) or UNKNOWN)
+        size = int_of(kwargs.get("batch_size", args[1] if len(args) > 1 else const(1)))
+        exact = size if n and size and size > 0 and (n % size == 0 or drop_last is True) and \
+            not kwargs.keys() & {"sampler", "batch_sampler"} and len(args) <= 2 else None
+        batches = tuple(self.batch_of(t, (exact,) + t.shape if t.shape is not None else None) for t in rows)
         nonempty = self.is_nonempty(dataset, st) and drop_last is False or None
         return self.make_sequence(frozenset({Tup(batches)}) if isinstance(elem, Tup) else batches[0], st, node,
                                   nonempty=nonempty)
