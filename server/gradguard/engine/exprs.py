@@ -15,7 +15,7 @@ from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import SIZES
 from gradguard.engine.limits import TooComplex
-from gradguard.engine.state import State, join_states, mark_detached, surely_bound
+from gradguard.engine.state import State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
@@ -823,9 +823,8 @@ class Expressions:
         self.unknown_spread = node if spread else None
         # `f(**cfg)` with keys not known: any parameter may have been given one
         self.unknown_keywords = node if unknown_keywords else None
-        if func == UNKNOWN and isinstance(node.func, ast.Attribute) and node.func.attr in K.DETACH_METHODS \
-                and node.func.attr.endswith("_"):  # `buf.detach_()` of a buffer not known: any tensor may be it
-            mark_detached(st, None)
+        if func == UNKNOWN and isinstance(node.func, ast.Attribute):
+            self.detached_unknown(node.func.attr, st)
         return self.call_value(func, args, kwargs, st, node)
 
     def keyword_items(self, v, st) -> dict | None:

@@ -450,10 +450,10 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def mro(self, cls_id, st: State, depth: int = 0) -> list | None:
         """`type(obj).__mro__` of a class of the program: its C3 linearisation, a library base
         ending its own line; None where Python itself would refuse the bases."""
-        bases = self.bases_of(cls_id, st)
         if depth > MAX_MRO_DEPTH:
             return None
-        bases = [MODULE if self.is_module_ref(b) and b.dotted.endswith(".Module") else b for b in bases]
+        bases = [MODULE if self.is_module_ref(b) and b.dotted.endswith(".Module") else b
+                 for b in self.bases_of(cls_id, st)]
         lines = []
         for b in bases:  # a torch.nn layer is a Module
             line = self.mro(b.id, st, depth + 1) if isinstance(b, Obj) and b.kind == "class" else \

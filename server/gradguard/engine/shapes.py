@@ -144,11 +144,16 @@ def reduced(shape: Shape, dim, keepdim) -> Shape:
         tuple(n for i, n in enumerate(shape) if i not in dims)
 
 
+def spread(args: list) -> list:
+    """The values of sizes or dims given one by one (`f(2, 3)`) or as one tuple (`f((2, 3))`)."""
+    one = next(iter(args[0])) if len(args) == 1 and len(args[0]) == 1 else None
+    return list(one.items) if isinstance(one, Tup) else args
+
+
 def sizes(args: list) -> Shape:
     """Sizes given as `f(2, 3)`, `f((2, 3))` or `f([2, 3])` (values); a size that is not a
     literal is unknown (the rank stays known)."""
-    if len(args) == 1 and len(args[0]) == 1 and isinstance(next(iter(args[0])), Tup):
-        args = list(next(iter(args[0])).items)
+    args = spread(args)
     if not args or any(not all(isinstance(a, (Const, Num)) for a in v) for v in args):
         return None
     dims = [int_of(a) for a in args]
@@ -158,8 +163,7 @@ def sizes(args: list) -> Shape:
 def reshaped(shape: Shape, args: list) -> Shape:
     """`view`/`reshape` to literal sizes, one of which may be -1."""
     n = numel(shape)
-    if len(args) == 1 and len(args[0]) == 1 and isinstance(next(iter(args[0])), Tup):
-        args = list(next(iter(args[0])).items)
+    args = spread(args)
     dims = [int_of(a) for a in args]
     if not dims or dims.count(-1) > 1 or any(not all(isinstance(a, (Const, Num)) for a in v) for v in args):
         return None
@@ -531,25 +535,23 @@ class Shapes:
             out[d[0]], out[d[1]] = shape[d[1]], shape[d[0]]
             return tuple(out)
         if name == "permute" and args and not kwargs:  # `x.permute(0, 2, 1)` or `x.permute((0, 2, 1))`
-            one = next(iter(args[0])) if len(args) == 1 and len(args[0]) == 1 else None
-            d = _in_order(list(one.items) if isinstance(one, Tup) else args, len(shape))
+            d = _in_order(spread(args), len(shape))
             return tuple(shape[i] for i in d) if d is not None and sorted(d) == list(range(len(shape))) else None
         if name == "t" and len(shape) <= 2:
             return tuple(reversed(shape))
         if name in ("expand", "repeat") and args and not kwargs:
             # `x.expand(4, -1, -1)`: -1 keeps a size, a new leading dimension is added; `x.repeat(1, 8)`:
             # each size times its count
-            one = next(iter(args[0])) if len(args) == 1 and len(args[0]) == 1 else None
-            sizes = [int_of(a) for a in (list(one.items) if isinstance(one, Tup) else args)]
-            lead = len(sizes) - len(shape)
+            given = [int_of(a) for a in spread(args)]
+            lead = len(given) - len(shape)
             if lead < 0:
                 return None
             old = (None,) * lead + tuple(shape)
             if name == "expand":
                 return tuple(old[i] if d == -1 and i >= lead else None if d is None or d < 0 else d
-                             for i, d in enumerate(sizes))
+                             for i, d in enumerate(given))
             return tuple(d if i < lead else None if d is None or old[i] is None else d * old[i]
-                         for i, d in enumerate(sizes))
+                         for i, d in enumerate(given))
         return None
 
     def sizes(self, v, st, node):

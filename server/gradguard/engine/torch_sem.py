@@ -958,9 +958,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in K.ZERO_GRAD_METHODS:
             self.note_event("zero_grad", node)
             self.update_sure_grads(st, lambda objs: frozenset())  # which grads it cleared is unknown
-        if name in K.DETACH_METHODS and name.endswith("_"):  # `buf.detach_()` on a buffer not known one by one
-            mark_detached(st, None)
+        self.detached_unknown(name, st)
         return self.call_unknown(args, kwargs, st, node)
+
+    @staticmethod
+    def detached_unknown(name, st) -> None:
+        """`buf.detach_()` on something not known (a buffer `buffers()` did not list one by one):
+        any tensor may be the one whose graph is cut."""
+        if name in K.DETACH_METHODS and name.endswith("_"):
+            mark_detached(st, None)
 
     def make_distribution(self, args, kwargs, st, node):
         """A `torch.distributions` object: its parameters are the tensors it is made from, and
@@ -1915,14 +1921,20 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
 
+    @staticmethod
+    def module_dict_items(m: Obj, st) -> list | None:
+        """A ModuleDict's (key, module) pairs, its keys in order, each with the module it holds
+        now; None when it is no ModuleDict of known keys."""
+        keys = literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)
+        return [(k, st.get_attr(m.id, k) or UNKNOWN) for k in keys] if keys is not None else None
+
     def own_named_buffers(self, m: Obj, st):
         """`m.named_buffers()` as (name, tensor) pairs when they are all `m`'s own, registered by
         known names (a stateful layer resetting its states); None otherwise."""
         names = self.buffer_names(m, st)
         if names is None or len(self.buffers(m, st)) != len(names):  # (buffers of its submodules too)
             return None
-        keys = [literal_of(n, str) for n in names]
-        return [(k, st.get_attr(m.id, k) or UNKNOWN) for k in keys]
+        return list(zip((literal_of(n, str) for n in names), self.registered_buffers(m, st)))
 
     def registered_buffers(self, m: Obj, st):
         """The tensors `register_buffer` gave `m`, in order, as they are now (`self.v_mem = v`
@@ -2025,11 +2037,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return self.known_sequence(vals, st, node)
             return self.make_sequence(frozenset({Tup((UNKNOWN, self.param_value(m, st, subtree=True)))}), st, node,
                                       nonempty=True)
-        if name in ("items", "keys", "values") and not args and \
-                (keys := literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)) is not None:
-            # a ModuleDict: its keys in order, each with the module it holds now
-            vals = [const(k) if name == "keys" else st.get_attr(m.id, k) or UNKNOWN if name == "values" else
-                    frozenset({Tup((const(k), st.get_attr(m.id, k) or UNKNOWN))}) for k in keys]
+        if name in ("items", "keys", "values") and not args and (pairs := self.module_dict_items(m, st)) is not None:
+            vals = [const(k) if name == "keys" else v if name == "values" else frozenset({Tup((const(k), v))})
+                    for k, v in pairs]
             return self.known_sequence(vals, st, node)
         if name in ("modules", "children", "named_modules", "named_children"):
             named = self.named_children(m, st) if name.endswith("children") else self.named_modules(m, st)
@@ -2223,13 +2233,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if self.module_kind.get(m.id, "opaque") == "opaque":
             return None
         info = self.builtin_info(m)
-        keys = literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)
-        if keys is not None:  # a ModuleDict
-            pairs = [(k, st.get_attr(m.id, k) or UNKNOWN) for k in keys]
-        elif info is not None and info.container:
+        pairs = self.module_dict_items(m, st)  # a ModuleDict's by key
+        if pairs is None and info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
             pairs = [(str(i), v) for i, v in enumerate(layers)] if layers is not None else None
-        else:
+        elif pairs is None:
             attrs = st.heap.get(m.id) or {}
             if UNSEEN_ATTRS in attrs:
                 return None
