@@ -200,7 +200,7 @@ def _carries(facts: Facts, expr, regions: frozenset) -> bool:
                for t in [facts.values.get(id(n)) if isinstance(n, (ast.Name, ast.Attribute)) else None])
 
 
-def _read_after(facts: Facts, target: ast.Attribute, stmt: ast.stmt) -> bool:
+def _read_after(facts: Facts, target: ast.expr, stmt: ast.stmt) -> bool:
     return bool(_reads_of(facts, facts.text(target, 200), _function_of(facts, stmt), start=_end(stmt)))
 
 
@@ -1229,17 +1229,43 @@ def numpy_detach(facts: Facts, r) -> tuple[Fix, ...]:
         return ranked([Fix(f"Detach `{facts.text(r.target)}` before converting it to numpy",
                            (edit(facts, "detach", r.target),), applicability="safe")])
     given = r.node.args[0] if isinstance(r.node, ast.Call) and r.node.args else None
+    return ranked([_torch_reduction(facts, r.node), *_detach_given(facts, given)])
+
+
+def _torch_reduction(facts: Facts, call: ast.Call) -> Fix | None:
+    """`np.sum(losses)`, `np.mean([a, b], 0)` of tensors that require grad -> `torch.stack(losses)
+    .sum()`: the same reduction, keeping the graph a loss summed this way is meant to have
+    (first: detaching it would leave the backward a numpy number)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("sum", "mean") and len(call.args) in (1, 2)
+            and all(k.arg == "axis" for k in call.keywords) and len(call.args) + len(call.keywords) <= 2
+            and _imports_torch(facts)):
+        return None
+    axis = [facts.text(a, 100) for a in [*call.args[1:], *(k.value for k in call.keywords)]]
+    text = f"torch.stack({facts.text(call.args[0], 400)}).{func.attr}({', '.join(axis)})"
+    return Fix(f"Reduce the tensors with torch (`torch.stack(...).{func.attr}()`), keeping their graph",
+               (edit(facts, "replace", call, text),))
+
+
+def _imports_torch(facts: Facts) -> bool:
+    """`import torch` at the top of the module: the name a fix may write."""
+    return any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+               for n in facts.tree.body)
+
+
+def _detach_given(facts: Facts, given) -> tuple[Fix, ...]:
+    """Each tensor given to numpy detached: the elements of a list written out, or of one kept."""
     if isinstance(given, (ast.ListComp, ast.GeneratorExp)):
         elements = [given.elt]
     elif isinstance(given, (ast.List, ast.Tuple)):
         elements = [e for e in given.elts if not isinstance(e, (ast.Constant, ast.Starred))]
     elif isinstance(given, (ast.Name, ast.Attribute, ast.Subscript)):  # `np.array(self.costs)`: a list of tensors kept
-        return ranked([Fix(f"Detach the tensors of `{facts.text(given)}` before converting them to numpy",
-                           (edit(facts, "detach_each", given),), applicability="safe")])
+        return (Fix(f"Detach the tensors of `{facts.text(given)}` before converting them to numpy",
+                    (edit(facts, "detach_each", given),), applicability="safe"),)
     else:
         return ()
-    return ranked([Fix("Detach the tensors before converting them to numpy",
-                       tuple(edit(facts, "detach", e) for e in elements), applicability="safe")])
+    return (Fix("Detach the tensors before converting them to numpy",
+                tuple(edit(facts, "detach", e) for e in elements), applicability="safe"),)
 
 
 def new_leaf(facts: Facts, r) -> tuple[Fix, ...]:
@@ -1348,11 +1374,37 @@ def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
     # `y.requires_grad = True` asks for what a tensor computed with a graph already has, and
     # `requires_grad_()` gives it to a leaf and leaves a non-leaf alone: right on either path
     on = isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is True
-    return ranked([Fix(f"Use `{name}.requires_grad_()`, which accepts a tensor that already requires grad",
-                       (edit(facts, "replace", stmt, f"{name}.requires_grad_()"),), applicability="safe")
-                   if on else None,
-                   Fix(f"Detach `{name}` before changing its flag", (edit(facts, "detach_before", stmt, name),),
-                       applicability="safe" if off else "unsafe")])
+    keep = Fix(f"Use `{name}.requires_grad_()`, which accepts a tensor that already requires grad",
+               (edit(facts, "replace", stmt, f"{name}.requires_grad_()"),), applicability="safe") if on else None
+    detach = Fix(f"Detach `{name}` before changing its flag", (edit(facts, "detach_before", stmt, name),),
+                 applicability="safe" if off else "unsafe")
+    made = list(_origin_leaf(facts, r))
+    # a loop variable detached is a copy no one else holds: the tensors iterated keep their flags
+    # (turned off, their gradients go unused; turned on, they are never filled)
+    detach = None if on and _loop_target(facts, stmt, name) else detach
+    if on and _reads_grad(facts):  # its `.grad` is wanted, which autograd fills for leaves only
+        return ranked([*made, detach, keep])
+    return ranked([keep, *made, detach] if _loop_target(facts, stmt, name) else [keep, detach, *made])
+
+
+def _loop_target(facts: Facts, stmt: ast.stmt, name: str) -> bool:
+    """`name` is the variable of a `for` loop around `stmt` (`for p in ps: p.requires_grad = b`)."""
+    node = stmt
+    while node in facts.parents:
+        node = facts.parents[node]
+        if isinstance(node, (ast.For, ast.AsyncFor)) and facts.text(node.target, 200) == name:
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+    return False
+
+
+def _reads_grad(facts: Facts) -> bool:
+    """The program reads some tensor's `.grad` (`x.grad.sign()`, `p -= lr * p.grad`), not
+    `torch.autograd.grad`."""
+    return any(n.attr == "grad" and isinstance(n.ctx, ast.Load) and facts.parents.get(n) is not None
+               and not (isinstance(facts.parents[n], ast.Call) and facts.parents[n].func is n)
+               for n in facts.nodes(None, ast.Attribute))
 
 
 def _turns_grad_off(stmt: ast.stmt) -> bool:
@@ -1365,10 +1417,18 @@ def _turns_grad_off(stmt: ast.stmt) -> bool:
 
 
 def leave_inference_mode(facts: Facts, r) -> tuple[Fix, ...]:
-    """Where the tensor was made, `torch.inference_mode()` becomes `torch.no_grad()`, whose
-    results are ordinary tensors; or the tensor is cloned (outside inference mode, a clone
-    is an ordinary tensor) where it is saved, or before it is changed in place."""
+    """The tensor is cloned (outside inference mode, a clone is an ordinary tensor) where it
+    is saved, or before it is changed in place; or, where it was made, `torch.inference_mode()`
+    becomes `torch.no_grad()`, whose results are ordinary tensors.  The clone comes first: it
+    changes only the tensor that raises, where the mode's other results may meet other code."""
     out = []
+    if isinstance(r.target, (ast.Name, ast.Attribute)) and not r.in_place:
+        out.append(Fix(f"Clone `{facts.text(r.target)}` where it is used", (edit(facts, "clone", r.target),),
+                       applicability="safe"))
+    elif isinstance(r.target, (ast.Name, ast.Attribute)):
+        name = facts.text(r.target, 200)
+        out.append(Fix(f"Clone `{name}` before changing it", (edit(facts, "clone_before", statement_of(facts, r.node),
+                                                                 name),), applicability="safe"))
     for site in r.origin:
         if isinstance(site, (ast.With, ast.AsyncWith)):
             found = [item.context_expr for item in site.items]
@@ -1379,13 +1439,6 @@ def leave_inference_mode(facts: Facts, r) -> tuple[Fix, ...]:
             if new is not None:
                 out.append(Fix(f"Use `{new}` instead of `{facts.text(expr)}`", (edit(facts, "replace", expr, new),),
                                applicability="safe"))
-    if isinstance(r.target, (ast.Name, ast.Attribute)) and not r.in_place:
-        out.append(Fix(f"Clone `{facts.text(r.target)}` where it is used", (edit(facts, "clone", r.target),),
-                       applicability="safe"))
-    elif isinstance(r.target, (ast.Name, ast.Attribute)):
-        name = facts.text(r.target, 200)
-        out.append(Fix(f"Clone `{name}` before changing it", (edit(facts, "clone_before", statement_of(facts, r.node),
-                                                                 name),), applicability="safe"))
     return ranked(out)
 
 
@@ -1425,8 +1478,32 @@ def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:
     if is_grad:
         return ranked([Fix(f"Pass `grad_outputs=torch.ones_like({name})`",
                            (edit(facts, "grad_outputs", r.node, facts.text(r.target, 200)),))])
-    average = Fix(f"Average `{name}` before its backward", (edit(facts, "mean", r.target),))
-    total = Fix(f"Sum `{name}` before its backward", (edit(facts, "sum", r.target),))
+    # reduced where it is assigned when it is read after the backward too (`loss.item()` needs
+    # one element as much as the backward does), else at the backward
+    stmt = statement_of(facts, r.node)
+    where = _assigned_value(facts, r.target, stmt) if isinstance(r.target, ast.Name) and \
+        _read_after(facts, r.target, stmt) else None
+    average = Fix(f"Average `{name}` " + ("where it is computed" if where else "before its backward"),
+                  (edit(facts, "mean", where or r.target),))
+    total = Fix(f"Sum `{name}` " + ("where it is computed" if where else "before its backward"),
+                (edit(facts, "sum", where or r.target),))
     # a loss left unreduced is averaged, as losses are by default; anything else is summed, which
     # is `gradient=torch.ones_like(y)`: each element's own derivative
     return ranked([average, total] if r.from_loss else [total, average])
+
+
+def _assigned_value(facts: Facts, target: ast.Name, stmt: ast.stmt) -> ast.expr | None:
+    """The value of the last assignment `name = value` before `stmt` in its block, when the
+    statements between them do not assign the name otherwise."""
+    parent = facts.parents.get(stmt)
+    block = next((b for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+                  if isinstance(b, list) and stmt in b), None)
+    if block is None:
+        return None
+    for prev in reversed(block[:block.index(stmt)]):
+        if isinstance(prev, ast.Assign) and len(prev.targets) == 1 and isinstance(prev.targets[0], ast.Name) \
+                and prev.targets[0].id == target.id:
+            return prev.value
+        if any(isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Store) for n in ast.walk(prev)):
+            return None
+    return None

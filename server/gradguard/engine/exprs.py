@@ -825,6 +825,8 @@ class Expressions:
         self.unknown_keywords = node if unknown_keywords else None
         if func == UNKNOWN and isinstance(node.func, ast.Attribute):
             self.detached_unknown(node.func.attr, st)
+        if self.frames[-1].raised_at is not None:  # a call its receiver or arguments made surely raised:
+            return UNKNOWN  # this one is never made (`Trainer(cfg).fit(x)` when `__init__` raises)
         return self.call_value(func, args, kwargs, st, node)
 
     def keyword_items(self, v, st) -> dict | None:

@@ -226,7 +226,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.frames.append(frame)
         with running(self.clock):
             end = self.exec_block(self.tree.body, st)
-            self.analyse_unreached(end if end is not None else st)
+            if end is not None or not frame.raised:  # (every path raised: what it never reached never runs)
+                self.analyse_unreached(end if end is not None else st)
         self.frames.pop()
         return self.facts
 
@@ -644,6 +645,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def stmt_Return(self, s, st):
         v = self.eval(s.value, st) if s.value is not None else NONE
         fr = self.frame
+        if fr.raised_at is s:  # `return make(x)` where `make` surely raises: nothing is returned
+            return None
         fr.ret = join(fr.ret, v)
         if fr.with_grads and fr.with_grads[0] != st.grad:  # leaving `with no_grad():` by a return restores it
             st = st.copy()

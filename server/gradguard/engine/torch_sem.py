@@ -783,7 +783,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             # surely a copy when it changes the dtype: a new tensor object, made here
             copy = t.dtype is not None and dtype is not None and dtype != t.dtype and len(v) == 1
             ident = t.ident if same else ("t",) + self.region_id(node, "copy") if copy else None
-            return frozenset({replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident)})
+            out = replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident)
+            return frozenset({self.conversion_region(node, out) if leaf is False and t.leaf is not False else out})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:  # the same values, maybe a copy
             return frozenset({replace(t, ident=None)}) if len(v) == 1 else v
         if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
@@ -794,6 +795,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    def conversion_region(self, node, t: Tensor) -> Tensor:
+        """A leaf converted into a copy with a grad_fn (`w.to(torch.float32)`, `w.cuda()`): the
+        copy's graph is a region of its own, saving nothing, so a finding about the non-leaf
+        (an optimizer given it) points at the conversion and a fix can make the leaf there."""
+        if not isinstance(node, ast.Call) or self.widening:
+            return t
+        rid = self.region_id(node, "convert")
+        self.region(rid, node, (), (), False, [], certain=t.rg is True)
+        return replace(t, regions=t.regions | {rid}, sure=t.sure | {(CARRIES, rid)} if t.rg is True else t.sure)
 
     @staticmethod
     def device_named(v) -> str | None:

@@ -40,9 +40,11 @@ class InferenceTensor(RaiseRule):
     ```
 
     ## Fix safety
-    Safe: `torch.no_grad()` computes the same values without recording a graph, and its
-    results are ordinary tensors. (`.clone()` of the tensor where it is used, also offered,
-    is safe too.)
+    Safe: `.clone()` outside inference mode, where the tensor is saved or before it is
+    changed in place, makes an ordinary tensor of the same values; it is preferred, as it
+    changes only the tensor that raises. `torch.no_grad()` instead of `torch.inference_mode()`
+    where the tensor was made, also offered, is safe too: it computes the same values without
+    recording a graph, and its results are ordinary tensors.
     """
 
     code = "GG009"

@@ -38,7 +38,9 @@ class NonScalarBackward(RaiseRule):
     Unsafe: averaging or summing decides the scale of the gradients, which the code did not
     say. A loss left unreduced (`reduction="none"`) is averaged first, as losses are by
     default; anything else is summed first, the gradient `torch.ones_like(y)` gives (each
-    element's own derivative); the other is offered too. `torch.autograd.grad` gets
+    element's own derivative); the other is offered too. A tensor read again after its
+    backward (`loss.item()`) is reduced where it is computed, so those reads get one element
+    too. `torch.autograd.grad` gets
     `grad_outputs=torch.ones_like(y)`, the gradient of the sum, which is each sample's own
     gradient when samples are independent.
     """

@@ -35,7 +35,9 @@ class NumpyRequiresGrad(RaiseRule):
 
     ## Fix safety
     Safe: `.detach()` gives the same values without the graph, which a numpy array could
-    not keep anyway.
+    not keep anyway. A sum or mean of tensors in numpy (`np.sum(losses)`) is first offered as
+    the same reduction in torch (`torch.stack(losses).sum()`), which keeps the graph a summed
+    loss is meant to have: unsafe, as the result is a tensor, not a numpy number.
     """
 
     code = "GG005"

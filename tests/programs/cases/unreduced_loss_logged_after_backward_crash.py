@@ -1,0 +1,18 @@
+# expect: nonscalar_backward
+# shape: a per-sample loss (reduction="none") is backpropagated and then logged with .item()
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Linear(6, 3)
+criterion = nn.CrossEntropyLoss(reduction="none")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+history = []
+for step in range(3):
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    opt.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()  # raises
+    opt.step()
+    history.append(loss.item())
+print(history)
