@@ -1344,6 +1344,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if info is not None and last[:1].isupper():
             return self.make_module(last, info, args, kwargs, st, node)
         if last in K.FACTORIES and dotted.startswith("torch"):
+            if last in K.FACTORIES_SHARING_INPUT and args and K.REQUIRES_GRAD_KEYWORD not in kwargs \
+                    and any(isinstance(a, (Tensor, Unknown)) for a in args[0]):
+                # `torch.as_tensor(x, dtype=...)` of a tensor: `x` itself, or a conversion keeping its graph
+                if len(args[0]) != 1 or tensor_of(args[0]) is None:
+                    return UNKNOWN
+                options = {k: v for k, v in kwargs.items() if k in ("dtype", "device")}
+                return self.tensor_method(args[0], "to", [], options, st, node)
             if last in K.FACTORIES_NUMBERS_ONLY and any(tensor_of(a) is not None for a in args):
                 return self.apply_op("normal", node, args, kwargs, st, method=False, arg_nodes=list(node.args))
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
