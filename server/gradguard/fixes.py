@@ -828,7 +828,11 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                 and isinstance(facts.parents.get(cut), ast.Expr):
             fixes.append(Fix(f"Record gradients: remove `{facts.text(cut)}` on {facts.line(cut)}",
                              (edit(facts, "delete", facts.parents[cut]),)))
-        elif isinstance(cut, (ast.With, ast.AsyncWith)) and len(cut.items) == 1:
+        elif _copies_tensor(facts, cut):
+            fixes.append(Fix(f"Keep the graph: `{facts.text(cut.func.value)}.as_tensor` gives the tensor itself "
+                             f"(converted if need be) where `{facts.text(cut.func)}` copies its values",
+                             (edit(facts, "replace", cut.func, f"{facts.text(cut.func.value)}.as_tensor"),)))
+        elif isinstance(cut, (ast.With, ast.AsyncWith)) and len(cut.items) == 1 and cut in facts.parents:
             fixes.append(Fix(f"Compute it with gradients: take it out of the `no_grad` block on {facts.line(cut)}",
                              (edit(facts, "unwrap", cut),)))
         elif isinstance(cut, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -962,6 +966,13 @@ def _used_as_number(facts: Facts, compare: ast.Compare):
     if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
         return compare
     return None
+
+
+def _copies_tensor(facts: Facts, cut) -> bool:
+    """`torch.tensor(t)` of a name holding a tensor: a copy of its values, without its graph."""
+    return isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "tensor" \
+        and len(cut.args) == 1 and isinstance(cut.args[0], (ast.Name, ast.Attribute)) \
+        and id(cut.args[0]) in facts.values
 
 
 def _copies_values(call: ast.Call) -> bool:

@@ -15,7 +15,7 @@ from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import SIZES
 from gradguard.engine.limits import TooComplex
-from gradguard.engine.state import State, join_states, surely_bound
+from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
@@ -24,6 +24,7 @@ from gradguard.engine.values import (
 )
 
 _NUM = Num()
+MAX_YIELDS = 16  # values a generator's path yields that are kept one by one (`yield a; yield b`)
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 IS_LIST = "<is list>"  # on a sequence object: it is a list (a display), not a tuple it may stand for
 LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
@@ -351,6 +352,10 @@ class Expressions:
     def expr_Yield(self, node, st):
         v = self.eval(node.value, st) if node.value is not None else NONE
         self.frame.yields = join(self.frame.yields, v)
+        # bound on the paths that yielded: what they yielded, in order, while it is known (see `call_function`)
+        so_far = st.env.get(YIELDED, frozenset({Tup(())}))
+        st.env[YIELDED] = frozenset(Tup(t.items + (v,)) if isinstance(t, Tup) and len(t.items) < MAX_YIELDS else NONE_ATOM
+                                    for t in so_far)
         if self.frame.on_yield is not None:  # a `@contextmanager`'s: the `with` body runs here
             self.frame.on_yield(v, st)
             return NONE
@@ -358,6 +363,8 @@ class Expressions:
 
     def expr_YieldFrom(self, node, st):
         self.frame.yields = join(self.frame.yields, self.iter_elements(self.eval(node.value, st), st))
+        if YIELDED in st.env:  # yielded before, maybe more now: no longer known item by item
+            st.env[YIELDED] = NONE
         return UNKNOWN
 
     def comprehension(self, node, st, elt_nodes, first=None):
@@ -1100,6 +1107,11 @@ class Expressions:
                     and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str):
                 bound = surely_bound(st, test.left.value)  # `if "h" in locals():`
                 return None if bound is None else bound == isinstance(op, ast.In)
+            if isinstance(op, (ast.In, ast.NotIn)) and len(right) == 1:
+                (b,) = tuple(right)
+                keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None
+                if keys == frozenset():  # nothing is in an empty dict, whatever it is
+                    return isinstance(op, ast.NotIn)
             if isinstance(op, (ast.In, ast.NotIn)) and len(left) == 1 and len(right) == 1:
                 (a,), (b,) = tuple(left), tuple(right)
                 keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None

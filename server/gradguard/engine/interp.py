@@ -23,7 +23,8 @@ from gradguard.engine import binder
 from gradguard.engine.contexts import CONTEXTMANAGER, UserContexts
 from gradguard.engine.exprs import Expressions
 from gradguard.engine.limits import Clock, Limits, TooComplex, running
-from gradguard.engine.state import ESCAPED, GLOBALS, MAYBE_UNBOUND, State, adopt_sure, join_states, maybe_unbound
+from gradguard.engine.state import (ESCAPED, GLOBALS, MAYBE_UNBOUND, YIELDED, State, adopt_sure, join_states,
+                                    maybe_unbound)
 from gradguard.engine.torch_sem import TorchSemantics
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, UNKNOWN, UNSEEN_ATTRS, Func, GradMode, Obj, Ref, Tup, const, graph_unknown,
@@ -218,6 +219,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.chain_truth = (None, None)  # the `and`/`or` evaluated last, and its truth (see `bool_chain`)
         self.unrolling = 0  # loops and comprehensions being run item by item (see `container_id`)
         self.member_nodes: dict = {}  # non-leaf tensor -> the list element that put it in a list (see raises.py)
+        self.nested_withs: dict = {}  # `with a, b:` -> the `with a: with b:` it runs as
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -724,20 +726,21 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def stmt_With(self, s, st):
         if any(_expects_error(item.context_expr) for item in s.items):
             return self.exec_expecting_error(s, st)
+        if len(s.items) > 1:
+            return self.stmt_With(self.nested_with(s), st)
         saved_grad = st.grad  # before `torch.set_grad_enabled(False)`, which sets the mode when called
-        first = self.eval(s.items[0].context_expr, st)
-        cm = self.user_context(first, st) if len(s.items) == 1 else None
+        item = s.items[0]
+        ctx = self.eval(item.context_expr, st)
+        cm = self.user_context(ctx, st)
         if cm is not None:
             return self.with_user_context(s, cm, st)
         sites, inference = len(self.no_grad_sites), len(self.inference_sites)
-        for item in s.items:
-            ctx = first if item is s.items[0] else self.eval(item.context_expr, st)
-            mode = self.grad_mode_of(ctx)
-            if mode == "keep" and _may_switch_grad(item.context_expr):
-                mode = None  # a library's own `no_grad()`: gradient recording is not known inside
-            self.enter_grad_mode(ctx, mode, s, st)
-            if item.optional_vars is not None:
-                self.assign(item.optional_vars, self.enter_value(ctx), st, s)
+        mode = self.grad_mode_of(ctx)
+        if mode == "keep" and _may_switch_grad(item.context_expr):
+            mode = None  # a library's own `no_grad()`: gradient recording is not known inside
+        self.enter_grad_mode(ctx, mode, s, st)
+        if item.optional_vars is not None:
+            self.assign(item.optional_vars, self.enter_value(ctx), st, s)
         self.frame.with_grads.append(saved_grad)
         try:
             out = self.exec_block(s.body, st)
@@ -750,6 +753,20 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         return out
 
     stmt_AsyncWith = stmt_With
+
+    def nested_with(self, s):
+        """`with a, b: body` is `with a: with b: body` (the language defines it so: `b` is
+        evaluated once `a` is entered), each level a statement at `s`'s place, made once per
+        `with` so that its identity is the same on every evaluation."""
+        nested = self.nested_withs.get(s)
+        if nested is None:
+            body = s.body
+            for item in reversed(s.items):
+                level = type(s)(items=[item], body=body, type_comment=None)
+                body = [ast.copy_location(level, s)]
+                level.end_lineno, level.end_col_offset = s.end_lineno, s.end_col_offset
+            nested = self.nested_withs[s] = body[0]
+        return nested
 
     def exec_expecting_error(self, s, st):
         """`with pytest.raises(...)` / `self.assertRaises(...)`: the error is the test's point."""
@@ -1166,8 +1183,12 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 st.grad = out.grad  # `torch.set_grad_enabled(flag)` in a helper: the mode is global, it stays
         else:
             st.heap.pop(stash, None)
-        if generator:
-            return self.make_sequence(frame.yields, st, call_node)
+        if generator:  # surely not empty when every path that ends yielded (the marker is bound on all);
+            # known item by item when every path yielded the same values, in order
+            yielded = out.env.get(YIELDED) if out is not None and YIELDED not in maybe_unbound(out) else None
+            (exact,) = tuple(yielded) if yielded and len(yielded) == 1 else (None,)
+            return self.make_sequence(frame.yields, st, call_node, nonempty=yielded is not None,
+                                      items=exact.items if isinstance(exact, Tup) else None)
         return self.call_region(func, args, arg_nodes, frame.ret, st, call_node) if frame.ret else UNKNOWN
 
     def call_region(self, func: Func, args, arg_nodes, ret, st, call_node):

@@ -147,6 +147,7 @@ def join_states(a: State | None, b: State | None) -> State | None:
 
 
 MAYBE_UNBOUND = "<maybe unbound>"  # in a frame's env: the locals bound on some paths only
+YIELDED = "<yielded>"  # in a generator's env: bound once it has yielded (surely, when bound on every path)
 
 
 def maybe_unbound(st: State) -> frozenset:

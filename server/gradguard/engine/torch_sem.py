@@ -1355,7 +1355,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return self.apply_op("normal", node, args, kwargs, st, method=False, arg_nodes=list(node.args))
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             # `torch.tensor(log_probs)` copies the values of the tensors in a list, not their graph
-            copied = [self.iter_elements(a, st) for a in args[:1] if is_sequence(a)]
+            copied = [self.iter_elements(a, st) if is_sequence(a) else a for a in args[:1]
+                      if is_sequence(a) or tensor_of(a) is not None]  # (`torch.tensor(t)`: t's values)
             made = self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \

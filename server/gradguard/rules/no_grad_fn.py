@@ -49,7 +49,9 @@ class NoGradFn(Rule):
     (`(logits.argmax(1) == y).float()`) by the softmax probability of that class (the loss
     becomes its soft version, as in soft Dice); write a loss computed with numpy
     (`.numpy()` ... `torch.tensor(result)`) with torch; keep losses as tensors
-    (`torch.stack(losses)`, not `torch.tensor([l.item() for ...])`); call
+    (`torch.stack(losses)`, not `torch.tensor([l.item() for ...])`); use `torch.as_tensor(t)`,
+    which returns a tensor `t` itself (converted if a dtype is given), for `torch.tensor(t)`,
+    which copies its values without the graph; call
     `.requires_grad_()` on hand-made weights given to an optimizer.
     """
 
