@@ -25,7 +25,9 @@ from gradguard.engine.values import (
 
 _NUM = Num()
 MAX_YIELDS = 16  # values a generator's path yields that are kept one by one (`yield a; yield b`)
-TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+# `Variable` makes plain tensors since torch 0.4 (isinstance holds through its metaclass; no object's type is it)
+VARIABLE_CLASSES = frozenset({"torch.autograd.Variable", "torch.autograd.variable.Variable"})
+TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}) | VARIABLE_CLASSES
 IS_LIST = "<is list>"  # on a sequence object: it is a list (a display), not a tuple it may stand for
 LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
 BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
@@ -330,8 +332,11 @@ class Expressions:
                 and isinstance(call.func, ast.Name) and call.func.id == "type" and len(call.args) == 1
                 and not call.keywords and isinstance(call.args[0], (ast.Name, ast.Attribute))):
             return None
-        if self.lookup("type", st) != frozenset({Ref("builtins.type")}) or \
-                self.isinstance_truth(self.eval(call.args[0], st), cls, st) is not False:
+        if self.lookup("type", st) != frozenset({Ref("builtins.type")}):
+            return None
+        if cls and all(isinstance(c, Ref) and c.dotted in VARIABLE_CLASSES for c in cls):
+            return isinstance(op, (ast.IsNot, ast.NotEq))  # the pre-0.4 `repackage_hidden` test: never true
+        if self.isinstance_truth(self.eval(call.args[0], st), cls, st) is not False:
             return None
         return isinstance(op, (ast.IsNot, ast.NotEq))
 
@@ -518,6 +523,9 @@ class Expressions:
                 self.forget_items(obj, st)
                 if obj.kind == "dict":
                     self.set_dict_item(obj, item_key(index), v, st)
+            elif isinstance(obj, Obj) and obj.kind == "module" and (info := self.builtin_info(obj)) is not None \
+                    and info.container:
+                self.set_module_item(obj, item_key(index), v, st, strong=len(base) == 1)
 
     def forget_items(self, obj: Obj, st) -> None:
         """A container whose items changed one by one (`xs[i] = v`, `del xs[i]`, `xs.pop()`):

@@ -30,7 +30,7 @@ from gradguard.engine.state import (
 )
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
-    Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Super, Tensor, Token, Tup, Unknown, const, int_of,
+    Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of,
     is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of,
     str_method, tensor_of,
 )
@@ -59,7 +59,7 @@ BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", 
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
                            "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars", "property",
-                           "staticmethod", "classmethod"})
+                           "staticmethod", "classmethod", "slice"})
 
 
 def device_given(args, kwargs) -> bool:
@@ -795,6 +795,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    @staticmethod
+    def slice_of(args) -> frozenset:
+        """`slice(stop)`, `slice(start, stop[, step])` with numbers or None known: the `Span` a
+        subscript `start:stop:step` makes."""
+        bounds = [None if a == NONE else int_of(a) for a in args]
+        if not 1 <= len(args) <= 3 or any(b is None and a != NONE for a, b in zip(args, bounds)):
+            return UNKNOWN
+        parts = ([None] + bounds if len(bounds) == 1 else bounds) + [None] * (3 - max(len(bounds), 2))
+        return const(Span(*parts)) if parts[2] != 0 else UNKNOWN
 
     def conversion_region(self, node, t: Tensor) -> Tensor:
         """A leaf converted into a copy with a grad_fn (`w.to(torch.float32)`, `w.cuda()`): the
@@ -1564,7 +1574,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if args and None not in columns:  # over known items: each tuple known
                 rows = tuple(frozenset({Tup(row)}) for row in zip(*columns))
                 return self.known_sequence(rows, st, node)
+            if self.unknown_spread is node and isinstance(node, ast.Call) and node.args:
+                # `zip(*rows)` of rows not known one by one: columns of any length, not 1-tuples
+                column = self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node.args[0])
+                return self.make_sequence(column, st, node)
             return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
+        if name == "slice":  # `slice(a, b)`: the bounds `x[a:b]` has
+            return self.slice_of(args) if not kwargs else UNKNOWN
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
             src = args[-1] if name == "filter" and args else a0
             if not args:
@@ -1770,6 +1786,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 attrs["<layers>"] = join_all(args)  # `*layers` not known one by one: an opaque chain
             elif not args:
                 items = ()
+                attrs[MODULE_KEYS] = const(())  # (a ModuleDict's: filled by `md[key] = m`)
             elif is_sequence(args[0]):
                 items = self.exact_items(args[0], st)
                 attrs["<layers>"] = self.iter_elements(args[0], st)
@@ -1940,6 +1957,37 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
 
+    def conv_forward(self, m: Obj, info, args, st, node):
+        """`self._conv_forward(x, weight, bias)` in a subclass of a conv layer (a causal, masked or
+        quantized conv): the layer's convolution of exactly the operands given, which are often
+        not its own weights (`self.weight * self.mask`)."""
+        op = info.op_info(inplace=False)
+        if op is None:
+            return UNKNOWN
+        bound = dict(zip(tuple(info.input_params) + tuple(info.param_params), args))
+        arg_nodes = list(zip(node.args, args))[:1] if isinstance(node, ast.Call) else []
+        return self.op_result(node, op, bound, list(args), st, arg_nodes=arg_nodes)
+
+    def set_module_item(self, m: Obj, key, v, st, strong: bool) -> None:
+        """`losses["kd"] = KLDiv()`, `blocks[i] = block` on a ModuleDict, ModuleList or Sequential:
+        stored as its constructor stores them (by name, among its layers; a list's item by its
+        index when the layers are known one by one, else they no longer are)."""
+        st.set_attr(m.id, "<layers>", join(st.get_attr(m.id, "<layers>") or EMPTY, v))
+        items = st.get_attr(m.id, "<items>")
+        (row,) = tuple(items) if items is not None and len(items) == 1 else (None,)
+        if isinstance(key, int) and isinstance(row, Tup) and -len(row.items) <= key < len(row.items) and strong:
+            replaced = list(row.items)
+            replaced[key] = v
+            st.set_attr(m.id, "<items>", frozenset({Tup(tuple(replaced))}))
+            return
+        st.set_attr(m.id, "<items>", UNKNOWN)
+        keys = literal_of(st.get_attr(m.id, MODULE_KEYS) or UNKNOWN, tuple)
+        if isinstance(key, str):  # `md["kd"]` and `md.kd`
+            st.set_attr(m.id, item_attr(key), v, strong=strong)
+            st.set_attr(m.id, key, v, strong=strong)
+        st.set_attr(m.id, MODULE_KEYS, const(keys + (key,) if key not in keys else keys)
+                    if isinstance(key, str) and keys is not None and strong else UNKNOWN)
+
     @staticmethod
     def module_dict_items(m: Obj, st) -> list | None:
         """A ModuleDict's (key, module) pairs, its keys in order, each with the module it holds
@@ -2009,6 +2057,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in ("items", "keys", "values") and st.get_attr(m.id, MODULE_KEYS) is not None:
             return frozenset({Method(frozenset({m}), name)})  # a ModuleDict's
         info = self.builtin_info(m)
+        if name == "_conv_forward" and info is not None and info.op == "convolution":
+            return frozenset({Method(frozenset({m}), name)})  # what a subclass's `forward` calls
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
         sub = Obj(("sub", m.id, name), "module")
@@ -2028,6 +2078,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                       st, strong, "<layers>")
             if name != "add_module":
                 return frozenset({m})
+        if name == "_conv_forward" and len(args) >= 2 and not kwargs:
+            return self.conv_forward(m, info, args, st, node)
         if name == "parameters" and not args and not kwargs:
             # each one, when they are known one by one and few (`[p.detach() for p in net.parameters()]` zipped
             # with their names), or when some are tensors set into `_parameters`
