@@ -51,7 +51,6 @@ def test_gradguard_agrees_with_the_label(name):
 # a raise found by the backward and in-place rules); strict, like KNOWN_GAPS.
 KNOWN_EXTRAS = {
     "grad_of_noise_keeps_encoder_graph_crash.py": "the loop's backward (line 36) is reported after the raise",
-    "pgd_delta_update_then_clamp.py": "clamp_ (line 14) is reported after the `+=` that raises",
     "pinn_second_derivative_without_create_graph.py": "the backward (line 12) is reported after the raise",
 }
 CRASHES = [c for c in CASES if expectation(HERE / "cases" / c)[0] != "clean"]

@@ -23,6 +23,7 @@ from gradguard.engine.values import (
 
 Shape = Optional[tuple]
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+INDEXING = frozenset({"int8", "int16", "int32", "int64"})  # dtypes that index rows (uint8 and bool mask them)
 SIZE = frozenset({Num(size=True)})  # a tensor's size along a dimension, not known
 SIZES = "<sizes>"  # on a sequence object: it is a `torch.Size` (`x.shape`), a tuple
 

@@ -23,7 +23,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import FLOATING, SIZE, Shapes, numel, pieces, several
+from gradguard.engine.shapes import FLOATING, INDEXING, SIZE, Shapes, numel, pieces, several
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import (
     GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
@@ -59,7 +59,7 @@ BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", 
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
                            "map", "dict", "float", "int", "bool", "str", "getattr", "setattr", "hasattr", "type",
                            "locals", "globals", "id", "repr", "round", "open", "any", "all", "vars", "property",
-                           "staticmethod", "classmethod", "slice"})
+                           "staticmethod", "classmethod", "slice", "eval"})
 
 
 def device_given(args, kwargs) -> bool:
@@ -432,9 +432,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def index_tensor(self, base, index, st, node):
         if tensor_of(index) is not None:
-            return self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
+            out = self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
+            return self.with_shape(out, self.gathered_shape(tensor_of(base), index)) if len(out) == 1 else out
         t = tensor_of(base)
         return self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
+
+    @staticmethod
+    def gathered_shape(t: Tensor | None, index) -> tuple | None:
+        """`x[idx]` by one 1-D tensor: a row of `x` per index (`x[perm[i:i + bs]]`), or per true
+        element of a mask (how many, not known): the rows' own sizes follow."""
+        i = tensor_of(index)
+        if t is None or not t.shape or i is None or len(index) != 1 or i.shape is None or len(i.shape) != 1:
+            return None
+        return (i.shape[0] if i.dtype in INDEXING else None,) + tuple(t.shape[1:])
 
     # ----------------------------------------------------------------- in-place
     def inplace(self, node, target_node, target_val, others, st, op, definite=True):
@@ -452,7 +462,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
             self.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
                                                t.objs, self.loops_here(), self.current_function(), self.entry_call())
-            return target_val  # torch raises here: the tensor stays the leaf it was (no graph, no `.grad` warning)
+            if not self.one_of_several:  # torch raises here: nothing after it runs on this path
+                self.frame.raised_at = self.frame.statement
+            return target_val  # (the tensor stays the leaf it was: no graph, no `.grad` warning)
         elif key in self.facts.inplaces and not self.facts.inplaces[key].leaf_requires_grad:
             del self.facts.inplaces[key]  # a leaf error seen on one real path stays
         sure = t.objs if definite and len(t.objs) == 1 else frozenset()
@@ -795,6 +807,27 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
         return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
                                self.method_shape(name, t, args, kwargs))
+
+    def eval_name(self, source, st) -> frozenset:
+        """`eval("Detect")`, `eval("nn.Conv2d")`: a constant string naming something is what the
+        name means here (a config-driven model builder's class); any other text is not known."""
+        out = EMPTY
+        for a in source:
+            text = a.value.strip() if isinstance(a, Const) and isinstance(a.value, str) else None
+            try:
+                expr = ast.parse(text, mode="eval").body if text else None
+            except SyntaxError:
+                return UNKNOWN
+            base = expr
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if not isinstance(base, ast.Name):
+                return UNKNOWN
+            v = self.peek(expr, st)
+            if not v or any(isinstance(x, Unknown) for x in v):
+                return UNKNOWN
+            out = join(out, v)
+        return out or UNKNOWN
 
     @staticmethod
     def slice_of(args) -> frozenset:
@@ -1581,6 +1614,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.make_sequence(frozenset({Tup(tuple(self.iter_elements(a, st) for a in args))}), st, node)
         if name == "slice":  # `slice(a, b)`: the bounds `x[a:b]` has
             return self.slice_of(args) if not kwargs else UNKNOWN
+        if name == "eval" and len(args) == 1 and not kwargs:
+            return self.eval_name(a0, st)
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
             src = args[-1] if name == "filter" and args else a0
             if not args:

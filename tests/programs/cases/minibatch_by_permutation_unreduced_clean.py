@@ -1,0 +1,16 @@
+# expect: clean
+# shape: the squared error is averaged before the backward
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+x, y = torch.randn(256, 10), torch.randn(256, 3)
+model = nn.Linear(10, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+perm = torch.randperm(256)
+for i in range(0, 256, 64):
+    idx = perm[i:i + 64]
+    err = (model(x[idx]) - y[idx]) ** 2
+    opt.zero_grad()
+    err.mean().backward()
+    opt.step()
