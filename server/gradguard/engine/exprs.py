@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
-from gradguard.engine.shapes import SIZES
+from gradguard.engine.shapes import FLOATING, INDEXING, SIZES
 from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
@@ -24,6 +24,7 @@ from gradguard.engine.values import (
 )
 
 _NUM = Num()
+DTYPES = FLOATING | INDEXING | {"uint8", "bool", "complex64", "complex128"}  # what `x.dtype` may be, by name
 MAX_YIELDS = 16  # values a generator's path yields that are kept one by one (`yield a; yield b`)
 # `Variable` makes plain tensors since torch 0.4 (isinstance holds through its metaclass; no object's type is it)
 VARIABLE_CLASSES = frozenset({"torch.autograd.Variable", "torch.autograd.variable.Variable"})
@@ -297,6 +298,10 @@ class Expressions:
             t = self.sequence_compare(node.ops[0], left, vals[0], st)
         if t is None and len(node.ops) == 1:
             t = self.type_compare(node, vals[0], st)
+        if t is None and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+            a, b = self.dtype_named(left), self.dtype_named(vals[0])  # `if cache.dtype != x.dtype:`
+            if a in DTYPES and b in DTYPES:
+                t = (a == b) == isinstance(node.ops[0], (ast.Eq, ast.Is))
         return const(t) if t is not None else UNKNOWN
 
     def sequence_compare(self, op, left, right, st):

@@ -782,7 +782,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return v  # to the device it is on, in its dtype: the tensor itself (an inference tensor stays one)
         if name in CONVERSIONS:
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
-            inference = self.inference_site() if t.inference is not None else None
+            # a new tensor made in inference mode is an inference tensor (a copy surely is new)
             like = tensor_of(args[0]) if name == "to" and args and len(args[0]) == 1 else None  # `x.to(y)`
             # `.to("cpu")`, `.to(device=...)`: a device alone keeps the dtype; an argument not read may be one
             device_only = all(literal_of(a, str) is not None for a in args) and "dtype" not in kwargs
@@ -794,6 +794,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 self.truth_of(kwargs.get("copy", const(False))) is False
             # surely a copy when it changes the dtype: a new tensor object, made here
             copy = t.dtype is not None and dtype is not None and dtype != t.dtype and len(v) == 1
+            inference = t.inference if same else \
+                self.inference_site() if copy or t.inference is not None else None
             ident = t.ident if same else ("t",) + self.region_id(node, "copy") if copy else None
             out = replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident)
             return frozenset({self.conversion_region(node, out) if leaf is False and t.leaf is not False else out})
