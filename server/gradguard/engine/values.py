@@ -218,7 +218,12 @@ class GradMode:
 
 @dataclass(frozen=True)
 class Unknown:
-    pass
+    """Any value.  `dropped` marks what a value that grew too large (`normalize`) stands for:
+    1, the atoms dropped from it other than objects and tensors; 2, its objects too.  A join
+    with it drops those atoms of the other side as well, so that joins do not depend on the
+    order they are made in (a set's iteration order, which follows memory addresses)."""
+
+    dropped: int = 0
 
 
 UNKNOWN = frozenset({Unknown()})
@@ -352,11 +357,13 @@ def normalize(v: Iterable) -> frozenset:
         rest.add(same[0] if len(same) == 1 else Tup(tuple(join_all(items) for items in zip(*(t.items for t in same))),
                                                      names))
     out = frozenset(rest)
-    if len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
+    dropped = max((x.dropped for x in out if isinstance(x, Unknown)), default=0)
+    if dropped or len(out) > MAX_ATOMS or _depth(out) > MAX_TUPLE_DEPTH:
         objs = [x for x in out if isinstance(x, Obj)]
-        keep = [replace(x, sure=frozenset()) for x in out if isinstance(x, Tensor)]
         # the objects it may be, unless they are too many to follow (then joins would grow without end)
-        out = frozenset(keep + (objs if len(objs) <= MAX_OBJS else [])) | UNKNOWN
+        dropped = 2 if dropped == 2 or len(objs) > MAX_OBJS else 1
+        keep = [replace(x, sure=frozenset()) for x in out if isinstance(x, Tensor)]
+        out = frozenset(keep + (objs if dropped == 1 else [])) | {Unknown(dropped)}
     return out
 
 
