@@ -138,6 +138,8 @@ def _walk_own(func):
 
 DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
 MODULE = Ref("torch.nn.Module")
+MAX_UNROLLED_ITEMS = 64  # items of a known sequence a `for` loop may run one by one (see `unrolls`)
+MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
 MAX_MRO_DEPTH = 32  # classes between a class and `object`, far more than any real hierarchy
 CELL = "<cell>"  # in a function's closure: the heap object holding a name it declares `nonlocal`
 
@@ -220,6 +222,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         self.unrolling = 0  # loops and comprehensions being run item by item (see `container_id`)
         self.member_nodes: dict = {}  # non-leaf tensor -> the list element that put it in a list (see raises.py)
         self.nested_withs: dict = {}  # `with a, b:` -> the `with a: with b:` it runs as
+        self.unrolled_work = 1  # the product of the item counts of the loops being unrolled (see `unrolls`)
+        self.statement_counts: dict = {}  # loop -> the statements of its body
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Facts:
@@ -908,9 +912,10 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def for_loop(self, s, st, iterable):
         it = iterable(st)
         items = self.exact_items(it, st)
-        if items is not None and len(items) <= 16 and not _has_jumps(s.body):
+        if items is not None and self.unrolls(s, len(items)) and not _has_jumps(s.body):
             self.frame.loops.append(s)  # still a loop for what is made in it (a fix's "in every iteration")
             self.unrolling += 1
+            self.unrolled_work *= max(len(items), 1)
             try:
                 for i in range(len(items)):  # a short known sequence: unroll, so updates stay strong
                     st = st.copy()
@@ -920,6 +925,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                         return None
             finally:
                 self.unrolling -= 1
+                self.unrolled_work //= max(len(items), 1)
                 self.frame.loops.pop()
             return self.exec_block(s.orelse, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
@@ -938,6 +944,17 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         period = self.counter_period(s, st) if counter is not None and count is not None else None
         return self.loop(s, st, enter, may_be_empty=not (self.is_nonempty(it, st) or count), count=count,
                          period=period)
+
+    def unrolls(self, s, n: int) -> bool:
+        """Whether a loop over `n` known items runs item by item: up to 16 always (a model's
+        layers, a config's stages); up to 64 (a model's parameters frozen by name) while the
+        statements run that way, counted across the loops unrolled around it, stay few."""
+        if n <= 16:
+            return True
+        body = self.statement_counts.get(s)
+        if body is None:
+            body = self.statement_counts[s] = sum(isinstance(n, ast.stmt) for n in ast.walk(s)) - 1
+        return n <= MAX_UNROLLED_ITEMS and n * body * self.unrolled_work <= MAX_UNROLLED_WORK
 
     def counter_period(self, s, st):
         """The largest `k` (2 to 16) of a test `counter % k` in the loop's body whose branch runs a

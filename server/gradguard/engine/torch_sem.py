@@ -1952,7 +1952,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         flag = st.get_attr(m.id, "<rg>")
         base = True if flag is None else self.truth_of(flag)
         info = self.builtin_info(m)
-        names = set(info.param_params) if info is not None else set()
+        made = literal_of(st.get_attr(m.id, "<parameters>") or UNKNOWN, tuple)  # (`bias=False`: no bias)
+        names = set(made) if made is not None else set(info.param_params) if info is not None else set()
         seen = set()
         for flags in self.param_flags(m.id, st):
             if flags is None:
