@@ -755,6 +755,7 @@ def test_module_table_matches_torch_nn():
     assert classes - {"Container"} <= table, sorted(classes - table)  # fails when torch adds a module
     for name, m in K._modules().items():
         cls = getattr(nn, name, None) or getattr(nn.parallel, name)
+        assert m.bases == tuple(b.__name__ for b in cls.__mro__[1:] if issubclass(b, nn.Module) and b is not nn.Module)
         if m.inplace_arg:
             params = list(inspect.signature(cls.__init__).parameters)[1:]
             assert params[m.inplace_pos] == m.inplace_arg, name

@@ -501,6 +501,9 @@ class Expressions:
         holders = [a for a in base if isinstance(a, Obj)]
         for obj in holders:
             st.set_attr(obj.id, name, v, strong=len(holders) == 1)
+            if obj.kind == "module" and name.isdigit() and (info := self.builtin_info(obj)) is not None \
+                    and info.container:  # `setattr(seq, "0", wrapped)`: a Sequential's child by its name
+                self.set_module_item(obj, int(name), v, st, strong=len(holders) == 1)
             if obj.kind == "module":
                 t = tensor_of(v)
                 if t is not None and t.leaf is not False and any(o[0] == "param" for o in t.objs):
@@ -1204,6 +1207,8 @@ class Expressions:
             truths = {True if isinstance(a, Obj) and a.kind == kind else False if isinstance(a, (Tensor, Tup, Const, Num, Array))
                       or isinstance(a, Obj) and a.kind in ("list", "dict", "module", "optimizer") else None for a in v}
             return truths.pop() if len(truths) == 1 else None
+        if len(classes) == 1 and (layer := self.nn_class(next(iter(classes)))) is not None:
+            return self.layer_instance(v, layer, st)
         targets = {a.id for a in classes if isinstance(a, Obj) and a.kind == "class"}
         if not targets or len(targets) != len(classes):
             return None
@@ -1214,6 +1219,47 @@ class Expressions:
             cls = self.obj_class.get(a.id)
             truths.add(cls is not None and any(self.subclass(cls, t, st) for t in targets))
         return truths.pop() if len(truths) == 1 else None
+
+    @staticmethod
+    def nn_class(c) -> str | None:
+        """The name of the torch.nn layer class (or base of layers, `_ConvNd`) a class value is."""
+        if not (isinstance(c, Ref) and c.dotted.startswith("torch.nn.")):
+            return None
+        name = c.dotted.rsplit(".", 1)[-1]
+        return name if name != "Module" and name in K.NN_CLASSES else None
+
+    def layer_instance(self, v, layer: str, st):
+        """`isinstance(m, nn.Linear)` (a LoRA wrapper's test of each child): a module made as a
+        torch layer is one when that layer is or derives from it; a project's module when
+        every base of its class is known; anything else the engine made is none."""
+        truths = set()
+        for a in v:
+            if isinstance(a, (Tensor, Tup, Const, Num, Array)) or isinstance(a, Obj) and a.kind in ("list", "dict"):
+                truths.add(False)
+            elif isinstance(a, Obj) and a.id in self.obj_class:
+                truths.add(self.derives_from_layer(self.obj_class[a.id], layer, st))
+            elif isinstance(a, Obj) and a.kind == "module" and (info := K.module_info(self.module_kind.get(a.id))):
+                truths.add(info.name == layer or layer in info.bases)
+            else:
+                return None
+        return truths.pop() if len(truths) == 1 else None
+
+    def derives_from_layer(self, cls, layer: str, st, seen=frozenset()):
+        """Whether a project class derives from the torch.nn class `layer`: None when a base is
+        not known (imported from where the engine does not read, or one of several)."""
+        bases = st.get_attr(cls, "<bases>")
+        if cls in seen or bases is None or len(bases) != 1 or not isinstance(row := next(iter(bases)), Tup) \
+                or any(len(item) != 1 for item in row.items):
+            return None
+        truths = set()
+        for (b,) in (tuple(item) for item in row.items):
+            if isinstance(b, Obj) and b.kind == "class":
+                truths.add(self.derives_from_layer(b.id, layer, st, seen | {cls}))
+            elif isinstance(b, Ref) and b.dotted.startswith("torch.nn.") and (info := K.module_info(b.dotted)):
+                truths.add(info.name == layer or layer in info.bases)
+            else:
+                return None
+        return True if True in truths else None if None in truths else False
 
     def subclass(self, cls, target, st, seen=None) -> bool:
         if cls == target:

@@ -104,7 +104,7 @@ __all__ = [
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "GRAD_MODE_QUERIES", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
     "SAME_SHAPE_OPS", "SAME_NUMEL_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
-    "RECURRENT_PARAMETERS",
+    "RECURRENT_PARAMETERS", "NN_CLASSES",
     "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES", "FUNCTIONAL_CALLS",
     "INPUT_DTYPE_FACTORIES",
@@ -474,6 +474,7 @@ class ModuleInfo:
     returns_input: bool = False  # returns its argument itself (Identity)
     input_params: Tuple[str, ...] = ()
     param_params: Tuple[str, ...] = ()
+    bases: Tuple[str, ...] = ()  # its torch.nn base classes other than Module (`_ConvNd` of Conv2d)
     buffer_params: Tuple[str, ...] = ()  # op params the module passes its buffers to (running stats)
 
     def op_info(self, inplace: bool = False) -> Optional[OpInfo]:
@@ -495,7 +496,7 @@ def _modules() -> Dict[str, ModuleInfo]:
             recurrent=bool(raw.get("recurrent", False)), returns_tuple=bool(raw.get("returns_tuple", False)),
             returns_input=bool(raw.get("returns_input", False)),
             input_params=tuple(raw.get("input_params", ())), param_params=tuple(raw.get("param_params", ())),
-            buffer_params=tuple(raw.get("buffer_params", ())),
+            buffer_params=tuple(raw.get("buffer_params", ())), bases=tuple(raw.get("bases", ())),
         )
     return out
 
@@ -607,6 +608,8 @@ def _api_table(name: str):
         return frozenset(api["factories"]["methods"])
     if name == "FACTORIES_NUMBERS_ONLY":
         return frozenset(api["factories"]["numbers_only"])
+    if name == "NN_CLASSES":  # the torch.nn layer classes by name, and the bases they derive from (`_ConvNd`)
+        return frozenset(_modules()) | frozenset(b for m in _modules().values() for b in m.bases)
     if name == "FACTORIES_SHARING_INPUT":
         return frozenset(api["factories"]["shares_input"])
     if name == "REQUIRES_GRAD_KEYWORD":
