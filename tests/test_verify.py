@@ -98,6 +98,9 @@ def test_fix_applies_safe_fixes_only_unless_asked(tmp_path):
 
 # Crashing programs with no mechanical fix, and why (strict: a fix found for one fails until it is removed here)
 NO_FIX = {
+    "weight_normed_weight_in_param_group_crash.py": "a parametrized weight is computed on each read: whether to "
+                                                    "optimize its original parameters or skip the module is the "
+                                                    "user's choice",
     "buffers_zero_between_forward_backward.py": "zeroing BatchNorm's buffers mid-step has no edit that keeps its meaning",
     "opaque_model_output_loss_from_labels.py": "the loss is built from the labels alone: nothing to reconnect",
     "requires_grad_from_shape_false.py": "requires_grad is computed from the batch size: which flag is meant is the "

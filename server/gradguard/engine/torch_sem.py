@@ -52,6 +52,7 @@ NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 PLAIN_BASES = frozenset({"builtins.object", "torch.nn.Module", "torch.nn.modules.module.Module"})
 # On the dict `vars(obj)` returns: the object whose `__dict__` it is.
 VARS_OF = "<vars of>"
+REPARAMETRIZED = "<reparametrized>"  # on a module: the attribute a parametrization computes on each read
 MODULE_KEYS = "<module keys>"  # on a ModuleDict: its keys, in order, when each is known
 MAX_EXACT_PARAMETERS = 8  # `parameters()` item by item up to this many (a small model's, a meta-learner's)
 SLOTS = "<parameter slots>"  # on a module: the names `m._parameters[name] = v` set (see `set_parameter_slot`)
@@ -1278,6 +1279,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)
+        if dotted in K.REPARAMETRIZATIONS and args and objs_of(args[0], "module"):
+            return self.reparametrize(K.REPARAMETRIZATIONS[dotted], args, kwargs, st)
         if dotted == "dataclasses.asdict" and len(args) == 1 and not kwargs:
             return self.instance_dict(args[0], st, node, live=False)
         if dotted == "collections.OrderedDict":  # a dict that keeps its order, as every dict does
@@ -1995,6 +1998,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
 
+    def reparametrize(self, spec, args, kwargs, st):
+        """`weight_norm(layer)`, `register_parametrization(layer, "weight", P())`: the module
+        itself, its attribute now computed on each read (see `module_attribute`)."""
+        position, keyword, default = spec
+        given = kwargs.get(keyword, args[position] if len(args) > position else None)
+        name = literal_of(given, str) if given is not None else default
+        for m in objs_of(args[0], "module"):
+            st.set_attr(m.id, REPARAMETRIZED, const(name) if name is not None else UNKNOWN,
+                        strong=len(args[0]) == 1)
+        return args[0]
+
     def conv_forward(self, m: Obj, info, args, st, node):
         """`self._conv_forward(x, weight, bias)` in a subclass of a conv layer (a causal, masked or
         quantized conv): the layer's convolution of exactly the operands given, which are often
@@ -2080,6 +2094,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return literal_of(st.get_attr(m.id, SLOTS) or UNKNOWN, tuple) or ()
 
     def module_attribute(self, m: Obj, name, st, node):
+        out = self.plain_module_attribute(m, name, st, node)
+        t = tensor_of(out)
+        if st.get_attr(m.id, REPARAMETRIZED) == const(name) and st.grad is True and t is not None and t.rg is True \
+                and len(out) == 1:  # computed from the parametrization's own parameters on each read
+            return frozenset({replace(t, leaf=False, ident=None)})
+        return out
+
+    def plain_module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
         if name in self.slots(m, st):
             return st.get_attr(m.id, name) or UNKNOWN

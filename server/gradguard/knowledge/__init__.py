@@ -109,7 +109,7 @@ __all__ = [
     "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES", "FUNCTIONAL_CALLS",
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
-    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS",
+    "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS", "REPARAMETRIZATIONS",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -696,6 +696,8 @@ def _api_table(name: str):
     if name == "DROPOUTS":
         d = api["dropouts"]
         return Dropouts(FrozenMap((k, tuple(v)) for k, v in d["functions"].items()), frozenset(d["modules"]))
+    if name == "REPARAMETRIZATIONS":  # function -> (position of the attribute's name, its keyword, its default)
+        return FrozenMap((k, tuple(v)) for k, v in api["reparametrizations"]["functions"].items())
     if name == "CHECKPOINT":
         c = api["checkpoint"]
         return Checkpoint(frozenset(c["functions"]), c["reentrant_keyword"], c["reentrant_default"],
