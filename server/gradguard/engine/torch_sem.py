@@ -52,6 +52,7 @@ NAMESPACES = frozenset({"argparse.Namespace", "types.SimpleNamespace"})
 PLAIN_BASES = frozenset({"builtins.object", "torch.nn.Module", "torch.nn.modules.module.Module"})
 # On the dict `vars(obj)` returns: the object whose `__dict__` it is.
 VARS_OF = "<vars of>"
+THREAD_POOL = "<thread pool>"  # what `ThreadPoolExecutor(...)` is (see `in_new_thread`)
 REPARAMETRIZED = "<reparametrized>"  # on a module: the attribute a parametrization computes on each read
 MODULE_KEYS = "<module keys>"  # on a ModuleDict: its keys, in order, when each is known
 MAX_EXACT_PARAMETERS = 8  # `parameters()` item by item up to this many (a small model's, a meta-learner's)
@@ -140,6 +141,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return modes.pop() if len(modes) == 1 else "keep"
 
     def enter_value(self, ctx):
+        """What `with ctx as x` binds: None for a grad mode, the pool itself for a thread pool."""
+        if ctx == frozenset({Ref(THREAD_POOL)}):
+            return ctx
         return NONE if all(isinstance(a, GradMode) for a in ctx) and ctx else UNKNOWN
 
     def kind(self, v) -> str:
@@ -1279,6 +1283,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Partial(args[0], tuple(args[1:]), tuple(kwargs.items()))})
         if dotted in K.CHECKPOINT.functions and args:
             return self.checkpoint(args, kwargs, st, node)
+        if dotted in K.THREAD_POOLS:
+            return frozenset({Ref(THREAD_POOL)})
+        if dotted in (THREAD_POOL + ".submit", THREAD_POOL + ".map") and args:
+            return self.in_new_thread(dotted.rsplit(".", 1)[-1], args, kwargs, st, node)
         if dotted in K.REPARAMETRIZATIONS and args and objs_of(args[0], "module"):
             return self.reparametrize(K.REPARAMETRIZATIONS[dotted], args, kwargs, st)
         if dotted == "dataclasses.asdict" and len(args) == 1 and not kwargs:
@@ -1997,6 +2005,24 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             registered = self.registered_buffers(x, st)
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
+
+    def in_new_thread(self, how, args, kwargs, st, node):
+        """`pool.submit(fn, *args, **kwargs)` (`pool.map(fn, items)`): `fn` runs on a worker thread,
+        in torch's default modes there (grad on, no inference mode); its effects are seen by
+        the time the caller reads the future, and the future's value is not known."""
+        saved, sites, inference = st.grad, len(self.no_grad_sites), len(self.inference_sites)
+        st.grad = True
+        self.inference_sites.append(None)
+        try:
+            if how == "submit":
+                self.call_value(args[0], list(args[1:]), dict(kwargs), st, node)
+            elif len(args) == 2 and not kwargs:
+                self.call_value(args[0], [self.iter_elements(args[1], st)], {}, st, node)
+        finally:
+            del self.no_grad_sites[sites:]
+            del self.inference_sites[inference:]
+            st.grad = saved
+        return UNKNOWN
 
     def reparametrize(self, spec, args, kwargs, st):
         """`weight_norm(layer)`, `register_parametrization(layer, "weight", P())`: the module

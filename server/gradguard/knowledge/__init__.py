@@ -110,6 +110,7 @@ __all__ = [
     "INPUT_DTYPE_FACTORIES",
     "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS", "REPARAMETRIZATIONS",
+    "THREAD_POOLS",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -696,6 +697,8 @@ def _api_table(name: str):
     if name == "DROPOUTS":
         d = api["dropouts"]
         return Dropouts(FrozenMap((k, tuple(v)) for k, v in d["functions"].items()), frozenset(d["modules"]))
+    if name == "THREAD_POOLS":
+        return frozenset(api["threads"]["pools"])
     if name == "REPARAMETRIZATIONS":  # function -> (position of the attribute's name, its keyword, its default)
         return FrozenMap((k, tuple(v)) for k, v in api["reparametrizations"]["functions"].items())
     if name == "CHECKPOINT":
