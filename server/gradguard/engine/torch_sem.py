@@ -1834,7 +1834,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 attrs["<layers>"] = join_all(args)  # `*layers` not known one by one: an opaque chain
             elif not args:
                 items = ()
-                attrs[MODULE_KEYS] = const(())  # (a ModuleDict's: filled by `md[key] = m`)
+                if cls_name == "ModuleDict":
+                    attrs[MODULE_KEYS] = const(())  # filled by `md[key] = m`
             elif is_sequence(args[0]):
                 items = self.exact_items(args[0], st)
                 attrs["<layers>"] = self.iter_elements(args[0], st)
