@@ -1237,8 +1237,13 @@ def numpy_detach(facts: Facts, r) -> tuple[Fix, ...]:
     """`t.numpy()` -> `t.detach().numpy()`; `np.asarray(t)` -> `np.asarray(t.detach())`; a list
     given to numpy (`np.array([a, b])`, `np.sum([x * y for ...])`) has each element detached."""
     if r.target is not None:
-        return ranked([Fix(f"Detach `{facts.text(r.target)}` before converting it to numpy",
-                           (edit(facts, "detach", r.target),), applicability="safe")])
+        array = r.node.right if isinstance(r.node, ast.BinOp) and r.node.left is r.target else None
+        # `p - w` with `w` an ndarray: the array made a tensor keeps the arithmetic in torch, graph and all
+        as_tensor = Fix(f"Make `{facts.text(array)}` a tensor (`torch.as_tensor`), so the arithmetic stays in torch",
+                        (edit(facts, "replace", array, f"torch.as_tensor({facts.text(array, 400)})"),)) \
+            if array is not None and _imports_torch(facts) else None
+        return ranked([as_tensor, Fix(f"Detach `{facts.text(r.target)}` before converting it to numpy",
+                                      (edit(facts, "detach", r.target),), applicability="safe")])
     given = r.node.args[0] if isinstance(r.node, ast.Call) and r.node.args else None
     return ranked([_torch_reduction(facts, r.node), *_detach_given(facts, given)])
 

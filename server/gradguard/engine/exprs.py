@@ -250,6 +250,10 @@ class Expressions:
 
     def binop(self, node, op, left, right, st, left_node=None, right_node=None):
         name = BIN_DUNDER.get(type(op), "add")
+        if tensor_of(left) is not None and right and all(isinstance(a, Array) and a.ndarray for a in right) \
+                and not isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)):
+            # `p - w` of an ndarray: torch declines, numpy's reflected op converts the tensor
+            self.to_numpy(node, left_node, left, {}, st)
         if tensor_of(left) is not None:
             return self.apply_op(f"__{name}__", node, [left, right], {}, st, arg_nodes=[left_node, right_node])
         if tensor_of(right) is not None:  # `2 - x` is x.__rsub__(2)

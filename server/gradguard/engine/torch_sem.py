@@ -777,7 +777,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in K.TO_NUMPY.methods:
             self.to_numpy(node, recv, v, kwargs, st)
             if len(v) == 1:  # a numpy array of its shape and dtype (no graph, whatever the tensor had)
-                return frozenset({Array(shape=t.shape, dtype=t.dtype)})
+                return frozenset({Array(shape=t.shape, dtype=t.dtype, ndarray=True)})
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in ("to", "cpu", "cuda") and len(v) == 1 and t.device is not None \
@@ -2025,6 +2025,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             st.grad = saved
         return UNKNOWN
 
+    def state_dict(self, m: Obj, st, node):
+        """`m.state_dict()`: its parameters and buffers detached (`keep_vars=False`), by name when
+        every one is known and it has no buffers, else under keys not known."""
+        named = self.named_parameters(m, st)
+        detached = lambda v: self.tensor_method(v, "detach", [], {}, st, node)  # noqa: E731
+        if named is not None and not self.buffers(m, st):
+            return self.new_dict(node, [const(k) for k, _ in named], [detached(v) for _, v in named], st)
+        every = join_all([self.param_value(m, st, subtree=True), *self.buffers(m, st)])
+        return self.new_dict(node, [UNKNOWN], [detached(every)], st)
+
     def reparametrize(self, spec, args, kwargs, st):
         """`weight_norm(layer)`, `register_parametrization(layer, "weight", P())`: the module
         itself, its attribute now computed on each read (see `module_attribute`)."""
@@ -2188,6 +2198,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             named = self.own_named_buffers(m, st)
             return self.known_sequence([frozenset({Tup((const(n), v))}) for n, v in named], st, node) \
                 if named is not None else self.make_sequence(UNKNOWN, st, node)
+        if name == "state_dict" and not args and not kwargs:
+            return self.state_dict(m, st, node)
         if name == "named_parameters":
             named = self.named_parameters(m, st) if not args and not kwargs else None
             if named is not None:  # each one known, with its name: a loop over them runs on each

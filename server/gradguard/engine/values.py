@@ -112,6 +112,9 @@ class Array:
 
     shape: Optional[tuple] = None
     dtype: Optional[str] = None
+    # surely an ndarray, not a numpy scalar (what `t.numpy()` gives, whatever its shape): a tensor
+    # that requires grad in arithmetic with it is converted by numpy (`p - w` raises)
+    ndarray: bool = False
 
 
 @dataclass(frozen=True)

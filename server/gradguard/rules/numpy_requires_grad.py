@@ -10,7 +10,8 @@ class NumpyRequiresGrad(RaiseRule):
     """
     ## What it does
     Flags `t.numpy()`, and the numpy functions that call it (`np.array(t)`,
-    `np.asarray(t)`, `np.stack([t, u])`), on a tensor that requires grad — a parameter, a
+    `np.asarray(t)`, `np.stack([t, u])`), and arithmetic with a numpy array (`p - w`, which
+    numpy carries out by converting `p`), on a tensor that requires grad — a parameter, a
     tensor made with `requires_grad=True`, or anything computed from one — while gradients
     are recorded.
 
@@ -37,7 +38,10 @@ class NumpyRequiresGrad(RaiseRule):
     Safe: `.detach()` gives the same values without the graph, which a numpy array could
     not keep anyway. A sum or mean of tensors in numpy (`np.sum(losses)`) is first offered as
     the same reduction in torch (`torch.stack(losses).sum()`), which keeps the graph a summed
-    loss is meant to have: unsafe, as the result is a tensor, not a numpy number.
+    loss is meant to have: unsafe, as the result is a tensor, not a numpy number. Arithmetic
+    between the tensor and a numpy array (`p - w`, which numpy carries out by converting the
+    tensor) first gets the array made a tensor (`p - torch.as_tensor(w)`): unsafe, the result
+    is a tensor, in the dtype the two promote to.
     """
 
     code = "GG005"
