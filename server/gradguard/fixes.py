@@ -1398,7 +1398,8 @@ def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
     # a loop variable detached is a copy no one else holds: the tensors iterated keep their flags
     # (turned off, their gradients go unused; turned on, they are never filled)
     detach = None if on and _loop_target(facts, stmt, name) else detach
-    if on and _reads_grad(facts):  # its `.grad` is wanted, which autograd fills for leaves only
+    if on and _reads_grad(facts) and not _retains_grad(facts, name, stmt):
+        # a `.grad` is wanted, which autograd fills for leaves only (or for this tensor if it retains it)
         return ranked([*made, detach, keep])
     return ranked([keep, *made, detach] if _loop_target(facts, stmt, name) else [keep, detach, *made])
 
@@ -1413,6 +1414,17 @@ def _loop_target(facts: Facts, stmt: ast.stmt, name: str) -> bool:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
     return False
+
+
+def _retains_grad(facts: Facts, name: str, stmt: ast.stmt) -> bool:
+    """`name.retain_grad()` follows `stmt`, on the same tensor (`name` not bound again between):
+    the non-leaf's own `.grad` is kept, and its inputs' too."""
+    scope = _function_of(facts, stmt)
+    calls = [n for n in facts.nodes(scope, ast.Call) if isinstance(n.func, ast.Attribute)
+             and n.func.attr == "retain_grad" and facts.text(n.func.value, 200) == name and before(stmt, n)]
+    stores = [n for n in facts.nodes(scope, ast.Name, ast.Attribute) if isinstance(n.ctx, ast.Store)
+              and facts.text(n, 200) == name and before(stmt, n)]
+    return any(not any(before(w, c) for w in stores) for c in calls)
 
 
 def _reads_grad(facts: Facts) -> bool:

@@ -38,9 +38,10 @@ class RequiresGradNonLeaf(RaiseRule):
     leaf and accepts a tensor that already requires grad, so it is right whether the line
     sees one or the other. (Detaching first, offered too, is unsafe there: gradients would
     no longer flow back through what computed the tensor.) When the program reads `.grad`,
-    which autograd fills only for leaves, making the tensor a leaf where it is computed
-    (`.detach().requires_grad_()`) or detaching it first comes first (unsafe, for the same
-    reason); a loop variable is not detached, as the tensors it iterates would keep their flags.
+    which autograd fills only for leaves, and the tensor does not `retain_grad()`, making it
+    a leaf where it is computed (`.detach().requires_grad_()`) or detaching it first comes
+    first (unsafe, for the same reason); a loop variable is not detached, as the tensors it
+    iterates would keep their flags.
     """
 
     code = "GG008"
