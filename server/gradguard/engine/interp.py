@@ -138,6 +138,7 @@ def _walk_own(func):
 
 DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
 MODULE = Ref("torch.nn.Module")
+ALWAYS_UNROLLED_ITEMS = 16  # items of a known sequence a `for` loop runs one by one whatever its body
 MAX_UNROLLED_ITEMS = 64  # items of a known sequence a `for` loop may run one by one (see `unrolls`)
 MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
 MAX_MRO_DEPTH = 32  # classes between a class and `object`, far more than any real hierarchy
@@ -949,11 +950,11 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         """Whether a loop over `n` known items runs item by item: up to 16 always (a model's
         layers, a config's stages); up to 64 (a model's parameters frozen by name) while the
         statements run that way, counted across the loops unrolled around it, stay few."""
-        if n <= 16:
+        if n <= ALWAYS_UNROLLED_ITEMS:
             return True
         body = self.statement_counts.get(s)
         if body is None:
-            body = self.statement_counts[s] = sum(isinstance(n, ast.stmt) for n in ast.walk(s)) - 1
+            body = self.statement_counts[s] = sum(isinstance(x, ast.stmt) for x in ast.walk(s)) - 1
         return n <= MAX_UNROLLED_ITEMS and n * body * self.unrolled_work <= MAX_UNROLLED_WORK
 
     def counter_period(self, s, st):
