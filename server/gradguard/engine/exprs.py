@@ -18,7 +18,7 @@ from gradguard.engine.limits import TooComplex
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
-    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
+    EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, PATCHED, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
     MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
 )
@@ -368,8 +368,8 @@ class Expressions:
         self.frame.yields = join(self.frame.yields, v)
         # bound on the paths that yielded: what they yielded, in order, while it is known (see `call_function`)
         so_far = st.env.get(YIELDED, frozenset({Tup(())}))
-        st.env[YIELDED] = frozenset(Tup(t.items + (v,)) if isinstance(t, Tup) and len(t.items) < MAX_YIELDS else NONE_ATOM
-                                    for t in so_far)
+        st.env[YIELDED] = frozenset(Tup(t.items + (v,)) if isinstance(t, Tup) and len(t.items) < MAX_YIELDS
+                                    else NONE_ATOM for t in so_far)
         if self.frame.on_yield is not None:  # a `@contextmanager`'s: the `with` body runs here
             self.frame.on_yield(v, st)
             return NONE
@@ -502,6 +502,7 @@ class Expressions:
             self.assign(target.value, v, st, stmt, local)
 
     def set_attribute(self, base, name, v, st, target):
+        self.patch_library(base, name, v, st)  # `torch.zeros = wrapped`
         holders = [a for a in base if isinstance(a, Obj)]
         for obj in holders:
             st.set_attr(obj.id, name, v, strong=len(holders) == 1)
@@ -685,8 +686,11 @@ class Expressions:
     # ----------------------------------------------------------------- attributes and items
     def attribute(self, base, name, st, node):
         out = EMPTY
+        patched = st.heap.get(PATCHED)
         for a in base:
-            if isinstance(a, Ref):
+            if isinstance(a, Ref) and patched and (a.dotted + "." + name) in patched:
+                out = join(out, patched[a.dotted + "." + name])  # a library function the program replaced
+            elif isinstance(a, Ref):
                 value = K.PYTHON_CONSTANTS.get(a.dotted + "." + name)  # `math.pi`: a number
                 out = join(out, const(value) if value is not None else frozenset({Ref(a.dotted + "." + name)}))
             elif isinstance(a, Tensor):

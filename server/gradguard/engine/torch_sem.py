@@ -29,10 +29,10 @@ from gradguard.engine.state import (
     GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
 )
 from gradguard.engine.values import (
-    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, SUMMARY, UNKNOWN, UNSEEN_ATTRS, Array, Const,
-    Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of,
-    is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of, map_tensors, objs_of,
-    str_method, tensor_of,
+    CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, PATCHED, SUMMARY, UNKNOWN, UNSEEN_ATTRS,
+    Array, Const, Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup,
+    Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of,
+    map_tensors, objs_of, str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -778,6 +778,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.to_numpy(node, recv, v, kwargs, st)
             if len(v) == 1:  # a numpy array of its shape and dtype (no graph, whatever the tensor had)
                 return frozenset({Array(shape=t.shape, dtype=t.dtype, ndarray=True)})
+        if name in ("is_floating_point", "is_complex") and not args and len(v) == 1 and t.dtype is not None:
+            return const(t.dtype in FLOATING if name == "is_floating_point" else t.dtype.startswith("complex"))
         if name in K.GRAPH_FREE_METHODS:
             return frozenset({Num()}) if name == "item" else UNKNOWN
         if name in ("to", "cpu", "cuda") and len(v) == 1 and t.device is not None \
@@ -2007,6 +2009,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out.extend(registered if registered is not None else [UNKNOWN])
         return out
 
+    @staticmethod
+    def patch_library(base, name, v, st) -> None:
+        """`setattr(torch, "zeros", wrapped)`, `torch.zeros = wrapped` (a zero.Init-style context
+        casting new tensors): later reads of `torch.zeros` give `v`, until it is set back."""
+        refs = [a for a in base if isinstance(a, Ref)]
+        for ref in refs:
+            st.heap.setdefault(PATCHED, {})
+            st.set_attr(PATCHED, ref.dotted + "." + name, v, strong=len(base) == 1)
+
     def in_new_thread(self, how, args, kwargs, st, node):
         """`pool.submit(fn, *args, **kwargs)` (`pool.map(fn, items)`): `fn` runs on a worker thread,
         in torch's default modes there (grad on, no inference mode); its effects are seen by
@@ -2341,6 +2352,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         known: `model.get_submodule(...)`)."""
         if attr is not None:
             self.set_attribute(obj, attr, v, st, node)
+            self.patch_library(obj, attr, v, st)
             return NONE
         unknown = any(isinstance(a, Unknown) for a in obj)
         names = None if unknown or not name or not all(isinstance(a, Const) and isinstance(a.value, str)

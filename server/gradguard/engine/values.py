@@ -238,6 +238,7 @@ UNSEEN_ATTRS = "<unseen attributes>"
 # A list's attribute: one tensor with the must facts of the tensors surely in it, kept when its
 # items are no longer known one by one (appended in a loop), so that `torch.stack(xs)` after
 # the loop still surely carries what its first iterations appended.  Only appending adds to it.
+PATCHED = ("<library attributes set>",)  # heap entry: "torch.zeros" -> what the program set there
 HELD = "<held>"
 HELD_NOTHING = frozenset({Tensor()})  # no tensor surely held (a join with it keeps no must fact)
 
