@@ -216,18 +216,22 @@ def _end(node) -> tuple:
     return node.end_lineno, node.end_col_offset
 
 
+def _enclosing_block(facts: Facts, stmt: ast.AST) -> list | None:
+    """The statement list (a body, an `else:`, a `finally:`) that holds `stmt`."""
+    parent = facts.parents.get(stmt)
+    return next((seq for field in ("body", "orelse", "finalbody")
+                 if isinstance(seq := getattr(parent, field, None), list) and stmt in seq), None)
+
+
 def initial_value(facts: Facts, name: str, loop: ast.AST) -> ast.AST | None:
     """What the last plain assignment before the loop, in the same body, gives `name` (so it
     exists at loop entry): its value expression, or None if there is none to see."""
-    parent = facts.parents.get(loop)
-    for field in ("body", "orelse", "finalbody"):
-        seq = getattr(parent, field, None)
-        if isinstance(seq, list) and loop in seq:
-            for stmt in reversed(seq[: seq.index(loop)]):
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and any(
-                        facts.text(t, 200) == name for t in (stmt.targets if isinstance(stmt, ast.Assign)
-                                                             else [stmt.target])):
-                    return stmt.value
+    seq = _enclosing_block(facts, loop)
+    for stmt in reversed(seq[: seq.index(loop)] if seq is not None else []):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and any(
+                facts.text(t, 200) == name for t in (stmt.targets if isinstance(stmt, ast.Assign)
+                                                     else [stmt.target])):
+            return stmt.value
     return None
 
 
@@ -1176,8 +1180,7 @@ def wrap_no_grad(facts: Facts, node: ast.AST) -> tuple[Fix, ...]:
                     if isinstance(s, ast.stmt) and (t := _inplace_target(s)) is not None and facts.text(t, 200) == text}
     while True:
         parent = facts.parents.get(run[0])
-        body = next((seq for field in ("body", "orelse", "finalbody")
-                     if isinstance(seq := getattr(parent, field, None), list) and run[0] in seq), None)
+        body = _enclosing_block(facts, run[0])
         if body is None:
             break
         first, last = body.index(run[0]), body.index(run[-1])
@@ -1397,11 +1400,12 @@ def detach_flag(facts: Facts, r) -> tuple[Fix, ...]:
     made = list(_origin_leaf(facts, r))
     # a loop variable detached is a copy no one else holds: the tensors iterated keep their flags
     # (turned off, their gradients go unused; turned on, they are never filled)
-    detach = None if on and _loop_target(facts, stmt, name) else detach
+    looped = _loop_target(facts, stmt, name)
+    detach = None if on and looped else detach
     if on and _reads_grad(facts) and not _retains_grad(facts, name, stmt):
         # a `.grad` is wanted, which autograd fills for leaves only (or for this tensor if it retains it)
         return ranked([*made, detach, keep])
-    return ranked([keep, *made, detach] if _loop_target(facts, stmt, name) else [keep, detach, *made])
+    return ranked([keep, *made, detach] if looped else [keep, detach, *made])
 
 
 def _loop_target(facts: Facts, stmt: ast.stmt, name: str) -> bool:
@@ -1523,9 +1527,7 @@ def reduce_output(facts: Facts, r) -> tuple[Fix, ...]:
 def _assigned_value(facts: Facts, target: ast.Name, stmt: ast.stmt) -> ast.expr | None:
     """The value of the last assignment `name = value` before `stmt` in its block, when the
     statements between them do not assign the name otherwise."""
-    parent = facts.parents.get(stmt)
-    block = next((b for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
-                  if isinstance(b, list) and stmt in b), None)
+    block = _enclosing_block(facts, stmt)
     if block is None:
         return None
     for prev in reversed(block[:block.index(stmt)]):

@@ -1247,7 +1247,7 @@ class Expressions:
             elif isinstance(a, Obj) and a.id in self.obj_class:
                 truths.add(self.derives_from_layer(self.obj_class[a.id], layer, st))
             elif isinstance(a, Obj) and a.kind == "module" and (info := K.module_info(self.module_kind.get(a.id))):
-                truths.add(info.name == layer or layer in info.bases)
+                truths.add(info.derives_from(layer))
             else:
                 return None
         return truths.pop() if len(truths) == 1 else None
@@ -1264,7 +1264,7 @@ class Expressions:
             if isinstance(b, Obj) and b.kind == "class":
                 truths.add(self.derives_from_layer(b.id, layer, st, seen | {cls}))
             elif isinstance(b, Ref) and b.dotted.startswith("torch.nn.") and (info := K.module_info(b.dotted)):
-                truths.add(info.name == layer or layer in info.bases)
+                truths.add(info.derives_from(layer))
             else:
                 return None
         return True if True in truths else None if None in truths else False

@@ -2022,7 +2022,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`pool.submit(fn, *args, **kwargs)` (`pool.map(fn, items)`): `fn` runs on a worker thread,
         in torch's default modes there (grad on, no inference mode); its effects are seen by
         the time the caller reads the future, and the future's value is not known."""
-        saved, sites, inference = st.grad, len(self.no_grad_sites), len(self.inference_sites)
+        saved = st.grad
         st.grad = True
         self.inference_sites.append(None)
         try:
@@ -2031,20 +2031,18 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             elif len(args) == 2 and not kwargs:
                 self.call_value(args[0], [self.iter_elements(args[1], st)], {}, st, node)
         finally:
-            del self.no_grad_sites[sites:]
-            del self.inference_sites[inference:]
+            self.inference_sites.pop()
             st.grad = saved
         return UNKNOWN
 
     def state_dict(self, m: Obj, st, node):
         """`m.state_dict()`: its parameters and buffers detached (`keep_vars=False`), by name when
         every one is known and it has no buffers, else under keys not known."""
-        named = self.named_parameters(m, st)
-        detached = lambda v: self.tensor_method(v, "detach", [], {}, st, node)  # noqa: E731
-        if named is not None and not self.buffers(m, st):
-            return self.new_dict(node, [const(k) for k, _ in named], [detached(v) for _, v in named], st)
-        every = join_all([self.param_value(m, st, subtree=True), *self.buffers(m, st)])
-        return self.new_dict(node, [UNKNOWN], [detached(every)], st)
+        named, buffers = self.named_parameters(m, st), self.buffers(m, st)
+        if named is None or buffers:
+            named = [(None, join_all([self.param_value(m, st, subtree=True), *buffers]))]
+        return self.new_dict(node, [const(k) if k is not None else UNKNOWN for k, _ in named],
+                             [self.tensor_method(v, "detach", [], {}, st, node) for _, v in named], st)
 
     def reparametrize(self, spec, args, kwargs, st):
         """`weight_norm(layer)`, `register_parametrization(layer, "weight", P())`: the module
@@ -2351,8 +2349,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         not known, any attribute may be (and any frozen module may now hold `v`, on an object not
         known: `model.get_submodule(...)`)."""
         if attr is not None:
-            self.set_attribute(obj, attr, v, st, node)
-            self.patch_library(obj, attr, v, st)
+            self.set_attribute(obj, attr, v, st, node)  # (a library function replaced too: `patch_library`)
             return NONE
         unknown = any(isinstance(a, Unknown) for a in obj)
         names = None if unknown or not name or not all(isinstance(a, Const) and isinstance(a.value, str)

@@ -484,6 +484,10 @@ class ModuleInfo:
             return None
         return resolve(op, (), self.input_params + self.param_params + self.buffer_params, method=False)
 
+    def derives_from(self, name: str) -> bool:
+        """Whether an instance of this class is an instance of the torch.nn class `name`."""
+        return name == self.name or name in self.bases
+
 
 @lru_cache(maxsize=None)
 def _modules() -> Dict[str, ModuleInfo]:
