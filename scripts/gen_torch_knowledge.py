@@ -80,6 +80,10 @@ its value in the file's "defaults" object is left out - the loader fills it back
 ``variants``, ``module``
     "f" / "m" / "fm" (function, method); python_module ("nn", "linalg", ...).
 
+Beside the ops: ``python_keywords`` (``torch.functional``'s Python spellings of ATen tensor
+params) and ``python_defaults`` (ATen params a Python-level wrapper, ``torch.norm`` or
+``Tensor.split``, gives a default; under "function" and "method", by how the call is written).
+
 Output: ~250 KB, ~1400 ops.  Runtime: ~3-5 s (torchgen's YAML + formula parsing).
 """
 from __future__ import annotations
@@ -933,6 +937,33 @@ def python_keywords(entries):
     return out
 
 
+def python_defaults(entries):
+    """The ATen params a Python-level wrapper gives a default where ATen requires them, by how
+    it is called: ``torch.norm(x, dim=1)`` (``torch.functional.norm``, ``p="fro"``) and
+    ``x.norm(dim=1)`` (``Tensor.norm`` in ``torch/_tensor.py``) run ``norm.ScalarOpt_dim``,
+    which has no default for ``p``.  Only names with an ATen op whose overloads have the param."""
+    import torch
+    import torch.functional as tf
+    wrappers = {"function": {n: getattr(tf, n) for n in tf.__all__},
+                "method": {n: f for n, f in vars(torch.Tensor).items()
+                           if inspect.isfunction(f) and f.__module__ == "torch._tensor" and not n.startswith("_")}}
+    out = {}
+    for how, funcs in wrappers.items():
+        table = {}
+        for name, fn in sorted(funcs.items()):
+            aten = {p for e in entries.values() if e["name"] == name for p in e["params"]}
+            try:
+                ps = inspect.signature(fn).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            names = sorted({"self" if p.name == "input" else p.name for p in ps
+                            if p.default is not inspect.Parameter.empty} & aten)
+            if names:
+                table[name] = names
+        out[how] = table
+    return out
+
+
 def py_entries(composer):
     out = []
     for spec in PY_OPS:
@@ -1026,7 +1057,7 @@ def generate():
     attributes = sorted(n for n in dir(torch.Tensor) if not n.startswith("_") or n.startswith("__"))
     return {"torch": torch.__version__.split("+")[0], "aliases": dict(sorted(aliases.items())),
             "defaults": DEFAULTS, "tensor_attributes": attributes, "python_keywords": python_keywords(entries),
-            "ops": [_compact(e) for e in ops]}
+            "python_defaults": python_defaults(entries), "ops": [_compact(e) for e in ops]}
 
 
 def dumps(data) -> str:
@@ -1039,6 +1070,7 @@ def dumps(data) -> str:
         "defaults": data["defaults"],
         "tensor_attributes": data["tensor_attributes"],
         "python_keywords": data["python_keywords"],
+        "python_defaults": data["python_defaults"],
     }
     lines = ["{"]
     for k, v in head.items():

@@ -860,6 +860,45 @@ def test_factory_dtypes_match_torch():
         assert getattr(torch, name)([1, 2]).dtype == getattr(torch, dtype), name
 
 
+def test_factories_not_sharing_input_refuse_a_tensor():
+    """A factory left out of `shares_input` never hands back a tensor it was given (or one
+    sharing its autograd state): given a tensor, it raises; the engine may take what it returns as fresh."""
+    torch = _torch()
+    t = torch.ones(3, requires_grad=True)
+    for name in ("from_numpy", "frombuffer"):
+        assert name in K.FACTORIES and name not in K.FACTORIES_SHARING_INPUT
+        with pytest.raises((TypeError, ValueError)):  # not an ndarray; no buffer protocol
+            getattr(torch, name)(t, dtype=torch.float32) if name == "frombuffer" else getattr(torch, name)(t)
+    assert torch.as_tensor(t) is t and torch.asarray(t) is t
+
+
+def test_factories_on_cpu_ignore_the_default_device():
+    torch, np = _torch(), pytest.importorskip("numpy")
+    made = {"from_numpy": lambda: torch.from_numpy(np.ones(3)),
+            "frombuffer": lambda: torch.frombuffer(bytearray(8), dtype=torch.float32)}
+    assert set(made) == K.FACTORIES_ON_CPU
+    torch.set_default_device("meta")
+    try:
+        assert all(f().device.type == "cpu" for f in made.values())
+        assert torch.zeros(1).device.type == "meta"  # (the default device is in force)
+    finally:
+        torch.set_default_device(None)
+
+
+def test_like_factories_take_their_inputs_shape_and_device():
+    torch = _torch()
+    x = torch.ones(2, 3)
+    like = sorted(name for name, how in K.FACTORY_SHAPES.items() if how == "like")
+    assert "randint_like" in like
+    torch.set_default_device("meta")
+    try:
+        for name in like:
+            extra = (5,) if name in ("full_like", "randint_like") else ()
+            made = getattr(torch, name)(x, *extra)
+            assert made.device.type == "cpu" and made.shape == x.shape, name
+    finally:
+        torch.set_default_device(None)
+
 def test_numpy_ufuncs_are_numpys_and_each_converts_its_operands():
     """The table's ufuncs are numpy's own, and each refuses a tensor that requires grad, alone
     or in a list, as GG005 predicts."""
@@ -951,3 +990,14 @@ def test_python_constants_are_pythons():
     for dotted, value in K.PYTHON_CONSTANTS.items():
         module, _, name = dotted.rpartition(".")
         assert getattr(importlib.import_module(module), name) == value, dotted
+
+
+def test_python_wrapper_defaults_choose_the_overload_torch_runs():
+    """`torch.norm(x, dim=1)` and `x.norm(dim=1)` go through Python wrappers whose `p` has a
+    default: they run norm.ScalarOpt_dim and reduce over `dim`, as torch computes."""
+    torch = _torch()
+    x = torch.ones(4, 3)
+    assert K.resolve("norm", ("tensor",), ("dim",), method=False).key == "norm.ScalarOpt_dim"
+    assert K.resolve("norm", (), ("dim",), method=True).key == "norm.ScalarOpt_dim"
+    assert K.resolve("norm", ("tensor",), (), method=False).key == "norm.Scalar"
+    assert torch.norm(x, dim=1).shape == x.norm(dim=1).shape == (4,)

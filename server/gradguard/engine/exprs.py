@@ -114,7 +114,7 @@ class Expressions:
         return self.seen(node, self.attribute(base, node.attr, st, node))
 
     def expr_Subscript(self, node, st):
-        if (slot := self.parameter_slot(node, st)) is not None:  # `m._parameters[name]`: what `m.name` reads
+        if (slot := self.registry_slot(node, st)) is not None:  # `m._parameters[name]`: what `m.name` reads
             return self.attribute(frozenset({slot[0]}), slot[1], st, node)
         base = self.eval(node.value, st)
         index = self.eval(node.slice, st)
@@ -492,8 +492,11 @@ class Expressions:
             base = self.eval(target.value, st)
             self.set_attribute(base, target.attr, v, st, target)
         elif isinstance(target, ast.Subscript):
-            if (slot := self.parameter_slot(target, st)) is not None:  # `m._parameters[name] = w`
+            if (slot := self.registry_slot(target, st, ("_parameters",))) is not None:  # `m._parameters[name] = w`
                 self.set_parameter_slot(*slot, v, st, target)
+                return
+            if (slot := self.registry_slot(target, st, ("_modules",))) is not None:  # `m._modules[name] = layer`
+                self.set_attribute(frozenset({slot[0]}), slot[1], v, st, target)
                 return
             base = self.eval(target.value, st)
             index = self.eval(target.slice, st)

@@ -16,7 +16,7 @@ effects its hooks may have is assumed.
 """
 from __future__ import annotations
 
-from gradguard.engine.values import NONE, UNKNOWN, Const, Obj, Tup, join
+from gradguard.engine.values import NONE, UNKNOWN, Const, Obj, Tup, join, objs_of
 
 PRE, FORWARD = "<pre_hooks>", "<fwd_hooks>"
 REGISTER = {"register_forward_pre_hook": PRE, "register_forward_hook": FORWARD}
@@ -65,6 +65,21 @@ class ModuleHooks:
         else:
             st.set_attr(m.id, a.value, frozenset({Tup(kept)}))
         return NONE
+
+    @staticmethod
+    def hook_owners(st) -> list:
+        """The objects the registered forward hooks and pre-hooks are bound to or close over
+        (`tracker.keep` storing `self.features = output`, a closure's `feats` dict): what a
+        module call the engine does not follow may change through them."""
+        owners = []
+        for attrs in list(st.heap.values()):
+            for name in (PRE, FORWARD):
+                for hooks in attrs.get(name) or ():
+                    for fn in hooks.items if isinstance(hooks, Tup) else ():
+                        for f in fn:
+                            owners += objs_of(getattr(f, "bound", None) or frozenset())
+                            owners += [o for _, v in getattr(f, "closure", ()) for o in objs_of(v)]
+        return owners
 
     def hooked_call(self, m: Obj, args, kwargs, st, node, call):
         """`m(*args)`: its pre-hooks, `call(args)` (the forward), then its forward hooks."""

@@ -1128,13 +1128,17 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 (self.budget < 0 and not root) or (self.foreign_budget < 0 and node in self.defined_in):
             # Not followed: its result is unknown (helpers like repackage_hidden detach), and so
             # are the attributes it may have given the objects it got (`self.clear()` making lists)
-            # and the graphs of the tensors they hold (`self.reset_states()` detaching them in place).
-            for obj in objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]:
+            # and the graphs of the tensors they hold (`self.reset_states()` detaching them in place);
+            # a module's forward may run the hooks of its layers, and change what they hold too.
+            given = objs_of(func.bound or EMPTY) + [o for v in [*args, *kwargs.values()] for o in objs_of(v)]
+            hooked = self.hook_owners(st) if any(o.kind == "module" for o in given) else []
+            for obj in given + hooked:
                 if obj.kind in ("instance", "module"):
                     st.set_attr(obj.id, UNSEEN_ATTRS, const(True))
-                    for name, v in list((st.heap.get(obj.id) or {}).items()):
-                        if not name.startswith("<"):
-                            st.set_attr(obj.id, name, map_tensors(v, graph_unknown))
+                for name, v in list((st.heap.get(obj.id) or {}).items()):
+                    if obj.kind in ("instance", "module") and not name.startswith("<") or \
+                            obj in hooked and obj.kind in ("dict", "list"):  # `feats[name] = output`
+                        st.set_attr(obj.id, name, map_tensors(v, graph_unknown))
             self.may_thaw([m for v in [*args, *kwargs.values()] for m in self.flat_objects(v, st)], st)
             self.not_followed = node
             return UNKNOWN

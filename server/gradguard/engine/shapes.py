@@ -18,7 +18,7 @@ from typing import Optional
 
 from gradguard import knowledge as K
 from gradguard.engine.values import (
-    EMPTY, Const, Num, Obj, Span, Tensor, Tup, const, int_of, literal_of, objs_of, surely_several, tensor_of,
+    EMPTY, NONE, Const, Num, Obj, Span, Tensor, Tup, const, int_of, literal_of, objs_of, surely_several, tensor_of,
 )
 
 Shape = Optional[tuple]
@@ -388,6 +388,26 @@ class Shapes:
         if dtype is None or t is None or len(v) != 1 or t.dtype == dtype:
             return v
         return frozenset({replace(t, dtype=dtype)})
+
+    def with_device(self, v, info, bound: dict):
+        """`v` (one tensor) on the device an op's tensor operands share: an op computes where its
+        inputs live (`x.permute(...)` of a CPU tensor is on the CPU).  Not known when an operand
+        may be a tensor not known to be one, names no device, or when the op chooses one (a
+        `device` parameter, `to`, which `cuda()` and `cpu()` resolve to, an op the data lacks)."""
+        t = tensor_of(v)
+        if t is None or len(v) != 1 or t.device is not None or "device" in info.params or not info.known \
+                or info.name.split(".")[-1] == "to":
+            return v
+        devices = set()
+        for p in info.tensor_params:
+            a = bound.get(p)
+            if a is None or a == NONE:
+                continue
+            operand = tensor_of(a)
+            if operand is None or len(a) != 1 or operand.device is None:
+                return v
+            devices.add(operand.device)
+        return frozenset({replace(t, device=devices.pop())}) if len(devices) == 1 else v
 
     def op_dtype(self, info, bound: dict):
         """The dtype of an arithmetic op's result: the floating dtype its tensor operands share,

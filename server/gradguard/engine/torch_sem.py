@@ -312,7 +312,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         out = self.with_dtype(self.with_shape(self.op_result(node, info, bound, inputs, st, view=info.view,
                                                              base=self_val, sub=sub, arg_nodes=arg_list, parts=parts),
                                               shape), self.op_dtype(info, bound))
-        out = self.with_several(out, several)
+        out = self.with_several(self.with_device(out, info, bound), several)
         split = pieces(shape_of(self_val), info.name.split(".")[-1], bound) if info.name in ("split", "chunk") else None
         if split is not None and tensor_of(out) is not None:  # `q, k, v = x.split(d, -1)`: each piece's shape
             return frozenset({Tup(tuple(frozenset({replace(tensor_of(out), shape=s)}) for s in split))})
@@ -1356,7 +1356,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             rg = self.truth_of(kwargs[K.REQUIRES_GRAD_KEYWORD]) if K.REQUIRES_GRAD_KEYWORD in kwargs else False
             made = tensor_of(self.fresh_tensor(node, st, rg=rg))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else converted[1]
-            return frozenset({replace(made, shape=converted[0], dtype=dtype)})
+            device = self.factory_device(last, args, kwargs)
+            return frozenset({replace(made, shape=converted[0], dtype=dtype, device=device)})
         if dotted in K.SET_GRAD_ENABLED:
             flag = self.truth_of(args[0]) if args else None
             st.grad = flag
@@ -1425,8 +1426,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
                  and tensor_of(args[0]) is not None else None) or \
                 (self.data_dtype(args[0], st) if last in ("tensor", "as_tensor") and args else None)
-            device = self.device_named(kwargs["device"]) if "device" in kwargs else "cpu" if self.default_cpu else None
-            return frozenset({replace(tensor_of(made), dtype=dtype or tensor_of(made).dtype, device=device)})
+            return frozenset({replace(tensor_of(made), dtype=dtype or tensor_of(made).dtype,
+                                      device=self.factory_device(last, args, kwargs))})
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
@@ -1466,6 +1467,17 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         prefix = "F." if ".functional" in dotted or dotted.startswith("F.") else ""
         return self.apply_op(prefix + last, node, args, {k: v for k, v in kwargs.items() if k != "inplace"}, st,
                              method=False, arg_nodes=arg_nodes)
+
+    def factory_device(self, last, args, kwargs) -> str | None:
+        """The device a factory's tensor is on: the one it names, its input's (`zeros_like(x)`),
+        the CPU for memory numpy or a buffer owns (`torch.from_numpy`), else the default device
+        when it is known to be the CPU."""
+        if "device" in kwargs:
+            return self.device_named(kwargs["device"])
+        if K.FACTORY_SHAPES.get(last) == "like":
+            like = tensor_of(args[0]) if args and len(args[0]) == 1 else None
+            return like.device if like is not None else None
+        return "cpu" if last in K.FACTORIES_ON_CPU or self.default_cpu else None
 
     def dropout_is_identity(self, name, args, kwargs) -> bool:
         """Whether the dropout function `name` surely returns its input: not training, or p 0."""
@@ -2116,11 +2128,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return None
         return self.exact_items(st.get_attr(m.id, "<buffers>") or frozenset({Tup(())}), st)
 
-    def parameter_slot(self, node: ast.Subscript, st) -> tuple | None:
-        """(module, name) when `node` is `m._parameters[name]` on one module and a known name: the
-        dict torch keeps a module's parameters in, which weight dropout and hand-made replicas fill
-        with computed tensors (and `parameters()` then yields them)."""
-        if not isinstance(node.value, ast.Attribute) or node.value.attr != "_parameters":
+    def registry_slot(self, node: ast.Subscript, st, registries=("_parameters", "_buffers", "_modules")) \
+            -> tuple | None:
+        """(module, name) when `node` is `m._parameters[name]` (or `_buffers`, `_modules`) on one
+        module and a known name: the dicts torch keeps a module's parameters, buffers and children
+        in, which `m.name` reads (`model._modules["avgpool"]`).  Weight dropout and hand-made
+        replicas fill `_parameters` with computed tensors (and `parameters()` then yields them)."""
+        if not isinstance(node.value, ast.Attribute) or node.value.attr not in registries:
             return None
         owner = self.eval(node.value.value, st)
         name = literal_of(self.eval(node.slice, st), str)
@@ -2147,6 +2161,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({replace(t, leaf=False, ident=None)})
         return out
 
+    @staticmethod
+    def container_item(m: Obj, i: int, st):
+        """The layer a Sequential or ModuleList holds at place `i`, when its layers are known one by one."""
+        items = st.get_attr(m.id, "<items>")
+        tup = next(iter(items)) if items is not None and len(items) == 1 else None
+        return tup.items[i] if isinstance(tup, Tup) and i < len(tup.items) else None
+
     def plain_module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
         if name in self.slots(m, st):
@@ -2167,6 +2188,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Method(frozenset({m}), name)})  # what a subclass's `forward` calls
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
+        if name.isdigit() and kind in ("Sequential", "ModuleList") \
+                and (layer := self.container_item(m, int(name), st)) is not None:
+            return layer  # `getattr(seq, "1")`, `seq._modules["1"]`: the layer it holds at that place
         sub = Obj(("sub", m.id, name), "module")
         self.module_kind.setdefault(sub.id, "opaque")
         if sub.id not in st.heap:

@@ -17,7 +17,8 @@ torchgen data; never edit by hand)
 
     ``FACTORIES`` / ``FACTORY_METHODS`` / ``FACTORIES_NUMBERS_ONLY`` / ``FACTORIES_SHARING_INPUT``
         where fresh tensors that do not require grad come from (unless
-        ``requires_grad=True``, ``REQUIRES_GRAD_KEYWORD``).
+        ``requires_grad=True``, ``REQUIRES_GRAD_KEYWORD``).  ``FACTORIES_ON_CPU``: those whose
+        tensor is on the CPU whatever the default device (``torch.from_numpy``).
     ``GRAPH_FREE_METHODS`` / ``GRAPH_FREE_ATTRIBUTES``
         results that carry no graph (``loss.item()``), so storing them is harmless.
     ``NONDIFF_METHODS``
@@ -97,7 +98,7 @@ from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence, Tu
 
 __all__ = [
     "OpInfo", "ModuleInfo", "BackwardCalls", "resolve", "is_known", "is_tensor_attribute", "overloads", "module_info",
-    "FACTORIES", "FACTORY_METHODS", "FACTORIES_NUMBERS_ONLY", "FACTORIES_SHARING_INPUT",
+    "FACTORIES", "FACTORY_METHODS", "FACTORIES_NUMBERS_ONLY", "FACTORIES_SHARING_INPUT", "FACTORIES_ON_CPU",
     "REQUIRES_GRAD_KEYWORD", "GRAPH_FREE_METHODS", "GRAPH_FREE_ATTRIBUTES", "SIZE_ATTRIBUTES",
     "SIZE_METHODS", "NONDIFF_METHODS",
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
@@ -240,7 +241,8 @@ def _load() -> Dict[str, Any]:
             index.setdefault((e["ns"], e["name"]), []).append((e, info))
         data = {"index": index, "aliases": ops.get("aliases", {}), "torch": ops.get("torch", ""),
                 "api": api, "tensor_attributes": frozenset(ops.get("tensor_attributes", ())),
-                "python_keywords": ops.get("python_keywords", {})}
+                "python_keywords": ops.get("python_keywords", {}),
+                "python_defaults": ops.get("python_defaults", {})}
         _DATA.update(data)
     return _DATA
 
@@ -289,7 +291,9 @@ def _score(e: dict, info: OpInfo, kinds: Sequence[str], keywords: Collection[str
     for k, p in zip(kinds, pk):
         score += _COMPAT[k][p]
     nreq = e.get("nreq", info.npos)
-    required = info.params[:nreq]
+    # a Python-level wrapper's default fills an ATen param (`torch.norm(x, dim=1)`: `p="fro"`)
+    defaulted = _load()["python_defaults"].get("method" if method else "function", {}).get(info.name, ())
+    required = [p for p in info.params[:nreq] if p not in defaulted]
     for p in names[len(kinds):]:
         if p in required and p not in keywords and not (p == "self" and "input" in keywords):
             score += _MISSING
@@ -617,6 +621,8 @@ def _api_table(name: str):
         return frozenset(_modules()) | frozenset(b for m in _modules().values() for b in m.bases)
     if name == "FACTORIES_SHARING_INPUT":
         return frozenset(api["factories"]["shares_input"])
+    if name == "FACTORIES_ON_CPU":
+        return frozenset(api["factories"]["on_cpu"])
     if name == "REQUIRES_GRAD_KEYWORD":
         return api["factories"]["requires_grad_keyword"]
     if name == "GRAPH_FREE_METHODS":
