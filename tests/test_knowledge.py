@@ -1001,3 +1001,18 @@ def test_python_wrapper_defaults_choose_the_overload_torch_runs():
     assert K.resolve("norm", (), ("dim",), method=True).key == "norm.ScalarOpt_dim"
     assert K.resolve("norm", ("tensor",), (), method=False).key == "norm.Scalar"
     assert torch.norm(x, dim=1).shape == x.norm(dim=1).shape == (4,)
+
+
+def test_inplace_reshapes_change_the_tensor_like_their_out_of_place_op():
+    torch = _torch()
+    calls = {"unsqueeze_": (0,), "squeeze_": (), "t_": (), "transpose_": (0, 1), "swapdims_": (0, 1),
+             "swapaxes_": (0, 1), "resize_": (6,), "as_strided_": ((3, 2), (2, 1))}
+    assert set(calls) | {"resize_as_", "set_"} == K.INPLACE_RESHAPES
+    for name, args in calls.items():
+        x = torch.zeros(2, 1, 3) if name == "squeeze_" else torch.zeros(2, 3)
+        before = x.shape
+        same = getattr(x, name)(*args)
+        assert same is x and x.shape != before, name
+        base = getattr(torch.zeros(before), name[:-1], None)
+        assert base is None or base(*args).shape == x.shape, name
+    assert hasattr(torch.Tensor, "resize_as_") and hasattr(torch.Tensor, "set_")

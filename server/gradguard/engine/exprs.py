@@ -14,16 +14,19 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import FLOATING, INDEXING, SIZES
-from gradguard.engine.limits import TooComplex
+from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, TooComplex
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, PATCHED, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
-    MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, literal_of, objs_of, tensor_of,
+    MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, key_value, literal_of, objs_of, tensor_of,
 )
 
 _NUM = Num()
+DICT_CLASSES = frozenset({"builtins.dict", "collections.OrderedDict"})
+# what `__getattr__ = dict.__getitem__` (or `.get`) makes `obj.name` read: the item under "name"
+ITEM_GETTERS = frozenset({"builtins.dict.__getitem__", "builtins.dict.get"})
 DTYPES = FLOATING | INDEXING | {"uint8", "bool", "complex64", "complex128"}  # what `x.dtype` may be, by name
 MAX_YIELDS = 16  # values a generator's path yields that are kept one by one (`yield a; yield b`)
 # `Variable` makes plain tensors since torch 0.4 (isinstance holds through its metaclass; no object's type is it)
@@ -422,7 +425,7 @@ class Expressions:
             self.contains(out, self.contained(it, st), st)
         return out
 
-    def exact_comprehension(self, node, it, st, elt_nodes, most=6):
+    def exact_comprehension(self, node, it, st, elt_nodes, most=ALWAYS_UNROLLED_ITEMS):
         """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
         blocks, not one standing for all), when its one generator runs over at most `most` known
         elements (`it`: the generator's iterable) and its filters are decided for each: for each
@@ -573,7 +576,7 @@ class Expressions:
             return None
         v = self.call_value(factory, [], {}, st, node)
         st.set_attr(d.id, "<elems>", v, strong=False)
-        st.set_attr(d.id, "<keys>", const(key), strong=False)
+        st.set_attr(d.id, "<keys>", key_value(key), strong=False)
         self.set_dict_item(d, key, v, st)
         return v
 
@@ -601,8 +604,9 @@ class Expressions:
                 continue  # unpacking None raises: the path goes on with the other alternatives
             if isinstance(a, Tup) and len(a.items) == n:
                 parts = list(a.items)
-            elif isinstance(a, Tensor):
-                parts = [self.view_of(frozenset({a}), node, st)] * n
+            elif isinstance(a, Tensor):  # its rows (`q, k, v = qkv`): views without the first dimension
+                row = self.view_of(frozenset({a}), node, st)
+                parts = [self.with_shape(row, a.shape[1:]) if a.shape else row] * n
             elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict"):
                 exact = self.exact_items(frozenset({a}), st)
                 parts = list(exact) if exact is not None and len(exact) == n else \
@@ -621,7 +625,7 @@ class Expressions:
             return a.items
         if isinstance(a, Obj) and a.kind == "dict" and st is not None:  # iterating a dict: its keys
             known = self.dict_in_order(a, st)
-            return tuple(const(k) for k, _ in known) if known is not None else None
+            return tuple(key_value(k) for k, _ in known) if known is not None else None
         if isinstance(a, Obj) and st is not None:
             items = st.get_attr(a.id, "<items>")
             if items is not None and len(items) == 1:
@@ -723,6 +727,11 @@ class Expressions:
             found = self.class_lookup(cls, name, st)
             if found is not None:
                 return self.bind_class_member(found, obj, st, node)
+            if obj.kind == "dict" and not hasattr(dict, name):  # `cfg.lr` on a dict whose class reads items
+                getter = self.class_lookup(cls, "__getattr__", st) or EMPTY
+                if getter and all(isinstance(g, Ref) and g.dotted in ITEM_GETTERS for g in getter):
+                    return st.get_attr(obj.id, item_attr(name)) or UNKNOWN
+                return UNKNOWN
         if obj.kind == "module":
             return self.module_attribute(obj, name, st, node)
         if obj.kind == "namespace":  # a workspace module: what it does not define stays opaque
@@ -968,6 +977,12 @@ class Expressions:
         return self.call_unknown(args, kwargs, st, node)
 
     def instantiate(self, cls, args, kwargs, st, node, run_init=True, ctx=None):
+        if self.dict_class(cls.id, st) and self.class_lookup(cls.id, "__init__", st) is None:
+            # `class Config(dict): __getattr__ = dict.__getitem__`: a dict of its class
+            made = self.call_builtin("dict", args, kwargs, st, node)
+            for d in objs_of(made, "dict"):
+                self.obj_class[d.id] = cls.id
+            return made
         is_module = self.is_module_class(cls.id, st)
         ident = ("obj", ctx, id(node)) if ctx is not None else ("obj",) + self.region_id(node, "obj")
         obj = Obj(ident, "module" if is_module else "instance")
@@ -986,6 +1001,13 @@ class Expressions:
             self.call_value(self.bind_class_member(init, obj, st, node),
                             args if fields is None else [], dict(kwargs) if fields is None else {}, st, node)
         return frozenset({obj})
+
+    def dict_class(self, cls_id, st, seen=None) -> bool:
+        """Whether a class of this program derives from `dict` (itself or through its bases)."""
+        seen = (seen or set()) | {cls_id}
+        bases = self.bases_of(cls_id, st)
+        return any(isinstance(b, Ref) and b.dotted in DICT_CLASSES for b in bases) or \
+            any(self.dict_class(b.id, st, seen) for b in objs_of(bases, "class") if b.id not in seen)
 
     def generated_init(self, cls_id, st, seen=None):
         """The dataclass whose generated `__init__` a class runs: itself, or the first base
@@ -1142,8 +1164,9 @@ class Expressions:
             if isinstance(op, (ast.In, ast.NotIn)) and len(left) == 1 and len(right) == 1:
                 (a,), (b,) = tuple(left), tuple(right)
                 keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None
-                if isinstance(a, Const) and keys is not None:
-                    return (a.value in keys) == isinstance(op, ast.In)
+                key = item_key(left) if isinstance(a, Tup) else a.value if isinstance(a, Const) else None
+                if key is not None and keys is not None:  # (`(h, w) in cache`: a tuple key too)
+                    return (key in keys) == isinstance(op, ast.In)
                 values = self.constant_items(b, st)  # `if name in ["encoder", "decoder"]:`
                 if isinstance(a, Const) and values is not None:
                     return (a.value in values) == isinstance(op, ast.In)

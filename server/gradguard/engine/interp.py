@@ -22,7 +22,7 @@ from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.contexts import CONTEXTMANAGER, UserContexts
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.limits import Clock, Limits, TooComplex, running
+from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, Clock, Limits, TooComplex, running
 from gradguard.engine.state import (ESCAPED, GLOBALS, MAYBE_UNBOUND, YIELDED, State, adopt_sure, join_states,
                                     maybe_unbound)
 from gradguard.engine.torch_sem import TorchSemantics
@@ -138,7 +138,6 @@ def _walk_own(func):
 
 DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
 MODULE = Ref("torch.nn.Module")
-ALWAYS_UNROLLED_ITEMS = 16  # items of a known sequence a `for` loop runs one by one whatever its body
 MAX_UNROLLED_ITEMS = 64  # items of a known sequence a `for` loop may run one by one (see `unrolls`)
 MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
 MAX_MRO_DEPTH = 32  # classes between a class and `object`, far more than any real hierarchy
@@ -267,18 +266,20 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         defined (`fn` in a decorator's `wrapper`): the names it does not bind and the enclosing
         function binds only once, so that their values cannot change before a call."""
         fr = self.frame
-        if fr.is_module or fr.class_obj is not None or not st.env:
-            return ()
-        local = self.names_of(func)[0]
-        free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
-        once = self.bound_once(fr.func) | fr.closed_over  # (what the enclosing function itself closed over)
-        # defaults are evaluated where the function is defined (`lambda x, p=p: f(x, p)` in a loop)
+        # defaults are evaluated once, where the function is defined (`lambda x, p=p: f(x, p)` in a
+        # loop; `conf=Config()`: one instance that every call without `conf` shares)
         a = func.args
         params = list(a.posonlyargs) + list(a.args)
         defaults = list(zip(params[len(params) - len(a.defaults):], a.defaults)) + \
             [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+        if fr.is_module or fr.class_obj is not None or not st.env:
+            return tuple((DEFAULT + p.arg, self.eval(d, st)) for p, d in defaults if isinstance(d, ast.Call))
+        local = self.names_of(func)[0]
+        free = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+        once = self.bound_once(fr.func) | fr.closed_over  # (what the enclosing function itself closed over)
         return tuple((n, st.env[n]) for n in sorted(free) if n in st.env and n in once) + \
-            tuple((DEFAULT + p.arg, self.literal(d, st)) for p, d in defaults) + self.cells(func, st)
+            tuple((DEFAULT + p.arg, self.eval(d, st) if isinstance(d, ast.Call) else self.literal(d, st))
+                  for p, d in defaults) + self.cells(func, st)
 
     def cells(self, func, st: State) -> tuple:
         """The names `func` declares `nonlocal`, each moved into a heap object (a cell) that the
@@ -1000,8 +1001,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             return self.exec_block(s.orelse, st)
 
         def enter(body_st, i):
-            # A concrete iteration whose condition is surely false does not run (`while not done:`).
-            return self.test_truth(s.test, body_st) is not False or i is None
+            # An iteration whose condition is surely false does not run (`while not done:`), be it a
+            # concrete one or one after any number of iterations that set `done`.
+            return self.test_truth(s.test, body_st) is not False
         # Only a condition true whatever the state (`while True:`) never ends the loop: one true
         # on entry (`done = False`, then `while not done:`) is tested again after each iteration.
         endless = truth is True and not any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
@@ -1056,7 +1058,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                     widened = True
                     self.widening += 1
                 fr.loop_exits.append([None, None])
-                body_st = (back if i and concrete else head).copy()
+                # a later iteration of a loop that surely runs starts after one or more iterations
+                later = backs if i and not may_be_empty and backs is not None else head
+                body_st = (back if i and concrete else later).copy()
                 if enter(body_st, i if concrete else None) is False:
                     fr.loop_exits.pop()
                     break
@@ -1064,12 +1068,12 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 brk, cont = fr.loop_exits.pop()
                 breaks = join_states(breaks, brk)
                 back = join_states(out, cont)
-                backs = join_states(backs, back)
+                old_backs, backs = backs, join_states(backs, back)
                 if concrete:
                     concrete_backs = join_states(concrete_backs, back)
                     last_concrete, ran_concrete = back, ran_concrete + 1
                 new_head = join_states(head, back)
-                if not concrete and new_head == head:
+                if not concrete and new_head == head and (may_be_empty or old_backs == backs):
                     break
                 head = new_head
             events = fr.events[-1]
@@ -1260,7 +1264,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             frame.self_value = args[0]  # a method's `self`
 
     def literal(self, node, st):
-        """A parameter default: constants, literal containers, names and lambdas (no calls run twice)."""
+        """A parameter default read where the function is called: constants, literal containers, names
+        and lambdas (a call default was run where the function was defined, see `closure`)."""
         if isinstance(node, ast.Constant):  # as in an expression (`dropout=0.0` tested with `> 0`)
             return self.expr_Constant(node, st)
         if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute, ast.Lambda)) or (

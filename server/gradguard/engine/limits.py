@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 STEPS = 64  # interpreter steps between two reads of the clock: a few milliseconds at most
 ITEMS_PER_STEP = 256  # items of values a join goes through in about the time of one step
+# items of a known sequence a `for` loop or a comprehension runs one by one whatever its body
+ALWAYS_UNROLLED_ITEMS = 16
 VALUE_ITEMS = 16  # a value rewritten (a backward marking the state) costs about as many items
 
 

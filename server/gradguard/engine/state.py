@@ -222,6 +222,19 @@ def mark_flag_set(st: State, old: Tensor, rg: bool) -> None:
     _rewrite(st, lambda t: replace(t, rg=rg, leaf=True) if t.ident == old.ident and t.rg != rg else t)
 
 
+def mark_reshaped(st: State, old: Tensor, shape) -> None:
+    """`x.unsqueeze_(0)` changed the shape of the tensor object, not of one name of it: every name
+    of that object has the new shape (a view made before is another object and keeps its own);
+    another name of its storage that may be the object has a shape no longer known."""
+    if not old.objs:
+        return
+    known = old.ident is not None and not is_summary(old.ident)
+    _rewrite(st, lambda t: t if not t.objs & old.objs or t.shape is None
+             else replace(t, shape=shape) if known and t.ident == old.ident
+             else replace(t, shape=None, several=False) if t.ident is None or is_summary(t.ident) or not known
+             else t)
+
+
 def mark_detached(st: State, old: Tensor | None) -> None:
     """`t.detach_()` cut the graph of the tensor object itself, not of one name of it: the
     attribute a module's `buffers()` yielded it from has no graph now either.  Another name of

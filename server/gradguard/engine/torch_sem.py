@@ -14,6 +14,7 @@ torch's derivatives.yaml); this mixin applies it to abstract values:
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import replace
 
 from gradguard import knowledge as K
@@ -27,12 +28,13 @@ from gradguard.engine.shapes import FLOATING, INDEXING, SIZE, Shapes, numel, pie
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import (
     GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
+    mark_reshaped,
 )
 from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, PATCHED, SUMMARY, UNKNOWN, UNSEEN_ATTRS,
     Array, Const, Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup,
-    Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, literal_of,
-    map_tensors, objs_of, str_method, tensor_of,
+    Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, key_value,
+    literal_of, map_tensors, objs_of, str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 
@@ -56,6 +58,7 @@ THREAD_POOL = "<thread pool>"  # what `ThreadPoolExecutor(...)` is (see `in_new_
 REPARAMETRIZED = "<reparametrized>"  # on a module: the attribute a parametrization computes on each read
 MODULE_KEYS = "<module keys>"  # on a ModuleDict: its keys, in order, when each is known
 MAX_EXACT_PARAMETERS = 8  # `parameters()` item by item up to this many (a small model's, a meta-learner's)
+MAXLEN = "<maxlen>"  # on a list made by `collections.deque(maxlen=n)`: n, or unknown (see `bounded`)
 SLOTS = "<parameter slots>"  # on a module: the names `m._parameters[name] = v` set (see `set_parameter_slot`)
 BUILTIN_NAMES = frozenset({"len", "range", "enumerate", "zip", "list", "tuple", "sorted", "reversed", "set",
                            "iter", "next", "sum", "min", "max", "abs", "print", "isinstance", "super", "filter",
@@ -433,7 +436,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return UNKNOWN
         view_leaf = t.view_of_leaf or (t.leaf is True and t.rg is True)
         return frozenset({replace(t, leaf=False if t.rg else t.leaf, view_of_leaf=view_leaf, shape=None,
-                                  ident=("view",) + self.region_id(node, "view"))})
+                                  several=False, ident=("view",) + self.region_id(node, "view"))})
 
     def index_tensor(self, base, index, st, node):
         if tensor_of(index) is not None:
@@ -787,6 +790,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 and self.converted_dtype(name, args, kwargs) in (None, t.dtype) \
                 and (name != "to" or len(args) <= 1) and self.truth_of(kwargs.get("copy", const(False))) is False:
             return v  # to the device it is on, in its dtype: the tensor itself (an inference tensor stays one)
+        if name == "type" and not args and not kwargs:
+            return UNKNOWN  # the name of its type, a string
         if name in CONVERSIONS:
             leaf = self.converted_leaf(name, args, kwargs, t) if t.rg is not False else t.leaf
             # a new tensor made in inference mode is an inference tensor (a copy surely is new)
@@ -804,18 +809,27 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             inference = t.inference if same else \
                 self.inference_site() if copy or t.inference is not None else None
             ident = t.ident if same else ("t",) + self.region_id(node, "copy") if copy else None
-            out = replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident)
+            out = replace(t, leaf=leaf, inference=inference, dtype=dtype, ident=ident,
+                          device=self.converted_device(name, args, kwargs, t))
             return frozenset({self.conversion_region(node, out) if leaf is False and t.leaf is not False else out})
         if name in IDENTITY_METHODS and name not in K.NONDIFF_METHODS:  # the same values, maybe a copy
             return frozenset({replace(t, ident=None)}) if len(v) == 1 else v
-        if name in K.NONDIFF_METHODS:  # `.long()`, `.argmax(1)`: no graph; a cast keeps the shape
+        if name in K.NONDIFF_METHODS and name not in K.INPLACE_RESHAPES:  # `.long()`, `.argmax(1)`: no graph
             return self.with_shape(self.fresh_tensor(node, st, rg=False, inputs=[v]),
                                    t.shape if name in K.SAME_SHAPE_OPS and not args else None)
         if name == "register_hook":
             return UNKNOWN
         arg_nodes = [recv] + list(node.args) if isinstance(node, ast.Call) else None
-        return self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
-                               self.method_shape(name, t, args, kwargs))
+        out = self.with_shape(self.apply_op(name, node, [v, *args], kwargs, st, arg_nodes=arg_nodes),
+                              self.method_shape(name, t, args, kwargs))
+        if name in K.INPLACE_RESHAPES and len(v) == 1 and (changed := tensor_of(out)) is not None:
+            # `x.unsqueeze_(0)`: the tensor object itself has the out-of-place op's shape now
+            out = frozenset({replace(changed, shape=self.method_shape(name[:-1], t, args, kwargs),
+                                     several=changed.several and name[:-1] in K.SAME_NUMEL_OPS)})
+            mark_reshaped(st, t, tensor_of(out).shape)
+            if recv is not None:
+                self.rebind(recv, out, st)
+        return out
 
     def eval_name(self, source, st) -> frozenset:
         """`eval("Detect")`, `eval("nn.Conv2d")`: a constant string naming something is what the
@@ -872,6 +886,16 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return name if name == "cpu" or not args else None
         given = kwargs.get("device", args[0] if args else None)
         return self.device_named(given) if given is not None and tensor_of(given) is None else None
+
+    def converted_device(self, name, args, kwargs, t: Tensor) -> str | None:
+        """The device a conversion leaves a tensor on: a dtype alone keeps it (`.float()`,
+        `.to(torch.float64)`); `.cuda()`, `.to(device)` move it where they say, `x.to(y)` and
+        `x.type_as(y)` to y's, and `.type("torch.cuda.FloatTensor")` anywhere."""
+        if name in ("to", "type_as") and args and len(args[0]) == 1 and tensor_of(args[0]) is not None:
+            return tensor_of(args[0]).device
+        if name in ("cpu", "cuda") or name == "to" and device_given(args, kwargs):
+            return self.conversion_device(name, args, kwargs)
+        return None if name in ("type", "type_as") else t.device
 
     def identity(self, v) -> tuple | None:
         """Which one object `v` surely is (a tensor made here, an object), for `id(v)`; None when
@@ -1073,8 +1097,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if obj.kind == "dict" and name in ("pop", "popitem", "setdefault", "clear", "__setitem__"):
             st.set_attr(obj.id, "<keyset>", UNKNOWN)
             self.vars_written(obj, None, UNKNOWN, st)
-        if name in ("append", "add", "insert", "appendleft", "extend"):
-            self.grow(obj, name, args, st, strong and obj.kind == "list", "<elems>")
+        if name in ("append", "add", "insert", "appendleft", "extend", "extendleft"):
+            self.grow(obj, name if name != "extendleft" else "extend", args, st, strong and obj.kind == "list",
+                      "<elems>")
+            if name == "extendleft":  # (in reverse order, at the front: a bound drops others)
+                self.forget_items(obj, st)
+            return NONE
+        if name in ("sort", "reverse", "rotate") and obj.kind == "list":
+            st.set_attr(obj.id, "<items>", UNKNOWN)  # the same items, in an order not known here
             return NONE
         if name == "__setitem__" and len(args) == 2:  # `d.__setitem__(k, v)`, a lambda's way to write `d[k] = v`
             self.set_item(frozenset({obj}), args[0], args[1], st, node, node)
@@ -1131,7 +1161,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         known = self.dict_in_order(obj, st)
         if known is None:
             return None
-        vals = [frozenset({Tup((const(k), v))}) if name == "items" else v if name == "values" else const(k)
+        vals = [frozenset({Tup((key_value(k), v))}) if name == "items" else v if name == "values" else key_value(k)
                 for k, v in known]
         return self.known_sequence(vals, st, node)
 
@@ -1144,7 +1174,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             items = [(None, join_all(st.get_attr(d.id, "<elems>") or UNKNOWN for d in dicts) if dicts else UNKNOWN)]
         for key, v in (items if other else []) + list(kwargs.items()):
             st.set_attr(obj.id, "<elems>", v, strong=False)
-            st.set_attr(obj.id, "<keys>", const(key) if key is not None else UNKNOWN, strong=False)
+            st.set_attr(obj.id, "<keys>", key_value(key) if key is not None else UNKNOWN, strong=False)
             self.set_dict_item(obj, key, v, st)
 
     def cleared(self, obj, st, strong):
@@ -1166,6 +1196,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 attrs["<default>"] = st.heap[obj.id]["<default>"]
         else:
             attrs.update({"<items>": frozenset({Tup(())}), HELD: HELD_NOTHING})
+        if MAXLEN in st.heap.get(obj.id, {}):  # a deque keeps its bound
+            attrs[MAXLEN] = st.heap[obj.id][MAXLEN]
         st.heap[obj.id] = attrs
 
     def dict_lookup(self, obj, name, args, st, strong):
@@ -1193,6 +1225,34 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             st.set_attr(obj.id, "<keyset>", const(new) if strong and key is not None else UNKNOWN)
         return out
 
+    def deque(self, iterable, maxlen, st, node):
+        """`deque(xs, maxlen=n)`: a list that keeps its last `n` items as it grows (see `bounded`)."""
+        made = self.call_builtin("list", [iterable], {}, st, node) if iterable is not None else \
+            self.known_sequence([], st, node)
+        if maxlen != NONE:
+            n = int_of(maxlen)
+            st.set_attr(next(iter(made)).id, MAXLEN, const(n) if n is not None else UNKNOWN)
+            self.bounded(next(iter(made)), "extend", st)
+        return made
+
+    def bounded(self, obj, name, st) -> None:
+        """A deque past its `maxlen` drops items from the other end (the first ones after `append`
+        or `extend`, the last after `appendleft`): those it still has are known one by one when its
+        bound is; a bound not known leaves them, and what it surely holds, unknown."""
+        bound = st.get_attr(obj.id, MAXLEN)
+        if bound is None:
+            return
+        n = int_of(bound) if len(bound) == 1 else None
+        items = self.exact_items(frozenset({obj}), st)
+        if n is not None and items is not None:
+            if len(items) > n:
+                items = items[len(items) - n:] if name != "appendleft" else items[:n]
+                st.set_attr(obj.id, "<items>", frozenset({Tup(tuple(items))}))
+                st.set_attr(obj.id, HELD, self.all_of([HELD_NOTHING, *items]))
+        else:
+            st.set_attr(obj.id, "<items>", UNKNOWN)
+            st.set_attr(obj.id, HELD, HELD_NOTHING)
+
     def grow(self, obj, name, args, st, strong, elems_attr):
         """`append`, `insert`, `extend` (and `add_module`) on a list or a module container: the
         exact items stay known on the one object a name surely holds (`strong`)."""
@@ -1218,6 +1278,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         st.set_attr(obj.id, "<items>", frozenset({Tup(new)}) if new is not None else UNKNOWN)
         if name != "extend" or added:
             st.set_attr(obj.id, "<nonempty>", const(True))
+        self.bounded(obj, name, st)
 
     def super_method(self, sup, name, args, kwargs, st, node):
         """`super().name(...)` in a method of class C: the classes after C in the MRO of
@@ -1299,8 +1360,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             made = self.new_dict(node, [], [], st)
             st.set_attr(next(iter(made)).id, "<default>", args[0])
             return made
+        if dotted == "collections.deque" and len(args) <= 2 and set(kwargs) <= {"iterable", "maxlen"}:
+            return self.deque(kwargs.get("iterable", args[0] if args else None),
+                              kwargs.get("maxlen", args[1] if len(args) > 1 else NONE), st, node)
         if dotted == "collections.namedtuple" and len(args) >= 2:
             return self.namedtuple_type(args[1], kwargs.get("defaults"), st)
+        if dotted in ("math.ceil", "math.floor") and len(args) == 1 and not kwargs \
+                and (x := literal_of(args[0], int, float)) is not None and math.isfinite(x):  # `math.ceil(n / 16)`
+            return const(math.ceil(x) if dotted == "math.ceil" else math.floor(x))
         if dotted in K.PYTHON_NUMBERS:  # `math.sqrt(d)`, `random.uniform(0, 1)`: a number, never a tensor
             return frozenset({Num()})
         if dotted in ("itertools.chain",):  # nonempty when one of its iterables is
@@ -1430,8 +1497,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                       device=self.factory_device(last, args, kwargs))})
         if last in ("stack", "cat", "concat", "concatenate", "hstack", "vstack", "dstack") and args:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            items = self.exact_items(args[0], st)
+            elements = self.iter_elements(args[0], st) if items is None and is_sequence(args[0]) else None
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
-                                   self.joined_shape(last, self.exact_items(args[0], st), dim))
+                                   self.joined_shape(last, items, dim, elements))
         if last == "set_default_dtype":
             self.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
         if dotted in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
@@ -1762,7 +1831,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`hasattr(a, name)` on an object of a class of this program: True for a member of its
         class, or an attribute set on every path; False for one set on none (`if not
         hasattr(self, "feats"): self.feats = ...` caches on the first call), unless a base
-        class the engine cannot read, or torch.nn.Module itself, has it."""
+        class the engine cannot read, or torch.nn.Module itself, has it.  A tensor has what
+        `torch.Tensor` has (`hasattr(x, "detach")`); None has no attribute but `object`'s."""
+        if isinstance(a, Tensor) and K.is_tensor_attribute(name):
+            return True
+        if a == Const(None) and not name.startswith("__"):
+            return False
         cls = self.obj_class.get(a.id) if isinstance(a, Obj) and a.kind in ("instance", "module") else None
         if cls is None:
             return None

@@ -264,13 +264,25 @@ def int_of(v: frozenset) -> Optional[int]:
 
 def item_key(v: frozenset):
     """The dict key a value surely is, when it is one string, int (not a bool) or `id()`
-    token, else None."""
+    token, or a tuple of strings and ints (`cache[(h, w)]`), else None."""
+    (a,) = tuple(v) if len(v) == 1 else (None,)
+    if isinstance(a, Tup) and a.items and not a.names:
+        parts = tuple(literal_of(i, str, int) for i in a.items)
+        return parts if None not in parts else None
     return literal_of(v, str, int, Token)
+
+
+def key_value(key) -> frozenset:
+    """The value a known dict key is (see `item_key`): a tuple key is a tuple of its parts."""
+    return frozenset({Tup(tuple(const(k) for k in key))}) if isinstance(key, tuple) else const(key)
 
 
 def item_attr(key) -> str:
     """The heap attribute holding a dict's item under a known key: `[name` for a string,
-    `]3` for an int, `]@...` for an `id()` token, so that "3", 3 and a token stay three keys."""
+    `]3` for an int, `]@...` for an `id()` token, `](...)` for a tuple, so that "3", 3, a
+    token and a tuple stay different keys."""
+    if isinstance(key, tuple):
+        return "](" + repr(key)
     return ("[" if isinstance(key, str) else "]" if isinstance(key, int) else "]@") + str(key)
 
 

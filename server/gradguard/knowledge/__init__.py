@@ -38,7 +38,7 @@ torchgen data; never edit by hand)
     ``PARAM_GROUP_METHODS`` / ``OPTIMIZER_NONLEAF_KEYWORD``
         where an optimizer takes parameters after it is made; the keyword
         (``differentiable=True``) under which it accepts tensors that are not leaves.
-    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``SAME_NUMEL_OPS`` / ``INDEX_SHAPE_OPS`` /
+    ``FACTORY_SHAPES`` / ``LOSS_SHAPES`` / ``SAME_SHAPE_OPS`` / ``INPLACE_RESHAPES`` / ``SAME_NUMEL_OPS`` / ``INDEX_SHAPE_OPS`` /
     ``MATMUL_SHAPE_OPS`` / ``LAYER_SHAPES``
         where shapes are known from: how a factory states its sizes, the shape a loss
         returns with ``reduction='none'``, ops that keep their input's shape or its number
@@ -104,7 +104,7 @@ __all__ = [
     "DETACH_METHODS", "DETACH_ATTRIBUTES", "NO_OUT_OF_PLACE", "NO_GRAD_CONTEXTS", "INFERENCE_MODE_CONTEXTS",
     "ENABLE_GRAD_CONTEXTS", "SET_GRAD_ENABLED", "GRAD_MODE_QUERIES", "OPTIMIZERS", "OPTIMIZER_STEP_METHODS",
     "ZERO_GRAD_METHODS", "PARAM_GROUP_METHODS", "OPTIMIZER_NONLEAF_KEYWORD", "TO_NUMPY", "AUTOGRAD_GRAD_UNUSED_KEYWORDS", "FACTORY_SHAPES", "LOSS_SHAPES",
-    "SAME_SHAPE_OPS", "SAME_NUMEL_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
+    "SAME_SHAPE_OPS", "INPLACE_RESHAPES", "SAME_NUMEL_OPS", "INDEX_SHAPE_OPS", "MATMUL_SHAPE_OPS", "LAYER_SHAPES", "LAYER_GEOMETRY", "NUMPY_ARRAYS",
     "RECURRENT_PARAMETERS", "NN_CLASSES",
     "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES", "FUNCTIONAL_CALLS",
@@ -677,6 +677,8 @@ def _api_table(name: str):
         return FrozenMap((k, frozenset(v)) for k, v in api["shapes"]["layers"].items())
     if name == "SAME_SHAPE_OPS":
         return frozenset(api["shapes"]["same_shape"])
+    if name == "INPLACE_RESHAPES":  # `x.unsqueeze_(0)`: the tensor itself has another shape now
+        return frozenset(api["shapes"]["inplace_reshapes"])
     if name == "SAME_NUMEL_OPS":
         return frozenset(api["shapes"]["same_numel"])
     if name == "TYPED_FACTORIES":  # `torch.LongTensor(...)`: the dtype its name says
