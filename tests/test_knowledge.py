@@ -916,6 +916,30 @@ def test_numpy_ufuncs_are_numpys_and_each_converts_its_operands():
                 f(*[operand] * f.nin)
 
 
+def test_numpy_functions_convert_a_tensor_given_first():
+    """Each numpy function of the table (not a ufunc) refuses a tensor that requires grad as its
+    first argument, alone, with an axis or in a list, as GG005 predicts."""
+    torch = _torch()
+    import warnings
+
+    import numpy as np
+
+    t = torch.ones(2, 3, requires_grad=True)
+    for dotted in sorted(K.TO_NUMPY.functions):
+        f = getattr(np, dotted.split(".", 1)[1])
+        if isinstance(f, np.ufunc):
+            continue
+        messages = []
+        for args in ((t,), (t, 0), ([t, t],)):  # (`np.concatenate([a, b])`: a list of them)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    f(*args)
+                except Exception as e:  # noqa: BLE001 - the message says which error it is
+                    messages.append(str(e))
+        assert any("Can't call numpy" in m for m in messages), dotted
+
+
 def test_numpy_arrays_match_numpy():
     """Each numpy factory of the table, called as code calls it, gives the shape and dtype the
     engine states; element-wise functions keep them; torch's conversions carry them over."""

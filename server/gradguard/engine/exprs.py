@@ -130,17 +130,34 @@ class Expressions:
             return UNKNOWN
         return const(Span(*bounds))
 
+    def display_items(self, elts, st) -> tuple:
+        """(the values of a list or tuple display one by one, or None when a `*xs` in it is not
+        known item by item; what any of its elements may be)."""
+        exact, elems = [], []
+        for e in elts:
+            if isinstance(e, ast.Starred):  # `[*model.parameters(), A, b]`: its items in place
+                v = self.eval(e.value, st)
+                items = self.exact_items(v, st) if exact is not None else None
+                elems.append(self.iter_elements(v, st))
+                exact = exact + list(items) if items is not None and exact is not None else None
+            else:
+                elems.append(self.eval(e, st))
+                exact = exact + [elems[-1]] if exact is not None else None
+        return (tuple(exact) if exact is not None else None), join_all(elems)
+
     def expr_Tuple(self, node, st):
         if any(isinstance(e, ast.Starred) for e in node.elts):
-            return self.make_sequence(join_all(self.eval(e, st) for e in node.elts), st, node, nonempty=None)
+            exact, elems = self.display_items(node.elts, st)
+            return frozenset({Tup(exact)}) if exact is not None else \
+                self.make_sequence(elems, st, node, nonempty=None)
         return frozenset({Tup(tuple(self.eval(e, st) for e in node.elts))})
 
     def expr_List(self, node, st):
-        items = [self.eval(e, st) for e in node.elts]
-        exact = None if any(isinstance(e, ast.Starred) for e in node.elts) else tuple(items)
+        exact, elems = self.display_items(node.elts, st)
         if exact:
             self.nonleaf_member(frozenset({Tup(exact)}), st, node)  # which element put a non-leaf in it
-        out = self.make_sequence(join_all(items), st, node, nonempty=bool(items) or None, items=exact)
+        out = self.make_sequence(elems, st, node, nonempty=bool(exact) or any(
+            not isinstance(e, ast.Starred) for e in node.elts) or None, items=exact)
         if isinstance(node, ast.List):  # a list display: surely a list (a sequence object may stand for a tuple)
             for a in objs_of(out, "list"):
                 st.set_attr(a.id, IS_LIST, const(True))
