@@ -14,7 +14,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import FLOATING, INDEXING, SIZES
-from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, TooComplex
+from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, MAX_UNROLLED_ITEMS, MAX_UNROLLED_WORK, TooComplex
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
@@ -442,17 +442,18 @@ class Expressions:
             self.contains(out, self.contained(it, st), st)
         return out
 
-    def exact_comprehension(self, node, it, st, elt_nodes, most=ALWAYS_UNROLLED_ITEMS):
+    def exact_comprehension(self, node, it, st, elt_nodes):
         """The elements of `[Block(d) for _ in range(3)]` one by one (each a new evaluation: three
-        blocks, not one standing for all), when its one generator runs over at most `most` known
-        elements (`it`: the generator's iterable) and its filters are decided for each: for each
-        element kept, the values of `elt_nodes`; None otherwise."""
+        blocks, not one standing for all), when its one generator runs over few known elements
+        (16, or 64 outside loops run one by one; `it`: the generator's iterable) and its filters are
+        decided for each: for each element kept, the values of `elt_nodes`; None otherwise."""
         gen = node.generators[0]
         if len(node.generators) != 1 or gen.is_async:
             return None
         items = self.exact_items(it, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
-        if count is None or count > most or (items is None and counter is None):
+        if count is None or (items is None and counter is None) or count > ALWAYS_UNROLLED_ITEMS and \
+                (count > MAX_UNROLLED_ITEMS or count * len(elt_nodes) * self.unrolled_work > MAX_UNROLLED_WORK):
             return None
         inner = st.copy()
         vals = []
@@ -1182,7 +1183,7 @@ class Expressions:
                 (a,), (b,) = tuple(left), tuple(right)
                 keys = self.keyset(b, st) if isinstance(b, Obj) and b.kind == "dict" else None
                 key = item_key(left) if isinstance(a, Tup) else a.value if isinstance(a, Const) else None
-                if key is not None and keys is not None:  # (`(h, w) in cache`: a tuple key too)
+                if (key is not None or a == NONE_ATOM) and keys is not None:  # (`(h, w) in cache`, `None in d`)
                     return (key in keys) == isinstance(op, ast.In)
                 values = self.constant_items(b, st)  # `if name in ["encoder", "decoder"]:`
                 if isinstance(a, Const) and values is not None:

@@ -22,7 +22,8 @@ from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.contexts import CONTEXTMANAGER, UserContexts
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, Clock, Limits, TooComplex, running
+from gradguard.engine.limits import (ALWAYS_UNROLLED_ITEMS, MAX_UNROLLED_ITEMS, MAX_UNROLLED_WORK, Clock, Limits,
+                                     TooComplex, running)
 from gradguard.engine.state import (ESCAPED, GLOBALS, MAYBE_UNBOUND, YIELDED, State, adopt_sure, join_states,
                                     maybe_unbound)
 from gradguard.engine.torch_sem import TorchSemantics
@@ -138,8 +139,6 @@ def _walk_own(func):
 
 DEFAULT = "<default>"  # in a function's closure: a parameter's default, evaluated where it was defined
 MODULE = Ref("torch.nn.Module")
-MAX_UNROLLED_ITEMS = 64  # items of a known sequence a `for` loop may run one by one (see `unrolls`)
-MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
 MAX_MRO_DEPTH = 32  # classes between a class and `object`, far more than any real hierarchy
 CELL = "<cell>"  # in a function's closure: the heap object holding a name it declares `nonlocal`
 
@@ -638,6 +637,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                     st.set_attr(obj.id, "<elems>", EMPTY)
                     st.set_attr(obj.id, "<items>", frozenset({Tup(())}))
                     st.set_attr(obj.id, HELD, HELD_NOTHING)
+            elif isinstance(t, ast.Subscript) and (slot := self.registry_slot(t, st, ("_parameters",))) is not None:
+                self.delete_parameter_slot(*slot, st)  # `del module._parameters["weight"]` (weight dropout)
             elif isinstance(t, ast.Subscript):  # `del d[k]`, `del lst[i]`: fewer keys, other items
                 base, key = self.eval(t.value, st), item_key(self.eval(t.slice, st))
                 for obj in objs_of(base, "list"):
@@ -1268,6 +1269,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         and lambdas (a call default was run where the function was defined, see `closure`)."""
         if isinstance(node, ast.Constant):  # as in an expression (`dropout=0.0` tested with `> 0`)
             return self.expr_Constant(node, st)
+        if all(isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)) for n in ast.walk(node)):
+            return self.eval(node, st)  # a constant expression: `sign=-1`, `scale=1 / 255`
         if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Name, ast.Attribute, ast.Lambda)) or (
                 isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict"):
             return self.eval(node, st)

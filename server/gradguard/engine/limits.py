@@ -25,6 +25,8 @@ STEPS = 64  # interpreter steps between two reads of the clock: a few millisecon
 ITEMS_PER_STEP = 256  # items of values a join goes through in about the time of one step
 # items of a known sequence a `for` loop or a comprehension runs one by one whatever its body
 ALWAYS_UNROLLED_ITEMS = 16
+MAX_UNROLLED_ITEMS = 64  # items of a known sequence a loop or a comprehension may run one by one (`unrolls`)
+MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
 VALUE_ITEMS = 16  # a value rewritten (a backward marking the state) costs about as many items
 
 

@@ -1337,6 +1337,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return out
         if dotted == "copy.deepcopy" and args:
             return self.deep_copy(args[0], st, node)
+        if dotted == "types.MethodType" and len(args) == 2 and not kwargs and args[0] \
+                and all(isinstance(f, Func) and f.bound is None for f in args[0]):
+            # `block.forward = types.MethodType(new_forward, block)`: the function bound to that object
+            return frozenset(replace(f, bound=args[1]) for f in args[0])
         if dotted == "functools.partial" and args and (all(isinstance(a, Ref) for a in args[0]) or len(args[0]) == 1) \
                 and self.unknown_spread is not node and self.unknown_keywords is not node:
             # a library function with arguments bound (`partial(checkpoint, use_reentrant=True)`) or one function of
@@ -1720,8 +1724,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out = self.make_sequence(self.iter_elements(src, st), st, node,
                                      nonempty=self.is_nonempty(src, st) or None,
                                      items=items if name in ("list", "tuple", "iter") else None)
-            # what filter keeps depends on its predicate: no element surely stays
-            self.contains(out, self.contained(src, st), st, self.nonleaf_member(src, st) if name != "filter" else EMPTY)
+            # what filter keeps depends on its predicate: only a non-leaf it surely keeps surely stays
+            # (`filter(lambda p: p.requires_grad, model.parameters())`)
+            member = self.nonleaf_member(src, st)
+            if name == "filter" and member and (len(args) != 2 or args[0] == NONE or self.truth_of(
+                    self.call_value(args[0], [member], {}, st.copy(), node)) is not True):
+                member = EMPTY
+            self.contains(out, self.contained(src, st) if name != "filter" else frozenset(), st, member)
             return out
         if name == "map" and len(args) >= 2:  # each call makes its own containers (`map(list, zip(*rows))`)
             items = self.exact_items(args[1], st) if len(args) == 2 else None
@@ -2222,6 +2231,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         self.set_attribute(frozenset({m}), name, v, st, node)
         st.set_attr(m.id, SLOTS, const(tuple(dict.fromkeys([*self.slots(m, st), name]))))
 
+    def delete_parameter_slot(self, m: Obj, name: str, st) -> None:
+        """`del m._parameters[name]`: no longer a parameter of `m` (nor set through `_parameters`);
+        what `m.name` reads now is not known (a plain attribute may be set in its place)."""
+        st.set_attr(m.id, SLOTS, const(tuple(n for n in self.slots(m, st) if n != name)))
+        names = literal_of(st.get_attr(m.id, "<parameters>") or UNKNOWN, tuple)
+        if names is not None:
+            st.set_attr(m.id, "<parameters>", const(tuple(n for n in names if n != name)))
+        st.set_attr(m.id, name, UNKNOWN)
+
     @staticmethod
     def slots(m: Obj, st) -> tuple:
         """The names `m._parameters[name] = v` has set (see `set_parameter_slot`)."""
@@ -2284,13 +2302,25 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return frozenset({m})
         if name == "_conv_forward" and len(args) >= 2 and not kwargs:
             return self.conv_forward(m, info, args, st, node)
+        if name in ("parameters", "named_parameters") and (args or kwargs):
+            # `recurse=False`: the module's own, named without a dot; other options: not known (none, perhaps)
+            flag = kwargs.get("recurse", args[0] if name == "parameters" and args else None)
+            named = self.named_parameters(m, st) if flag is not None and self.truth_of(flag) is False \
+                and set(kwargs) <= {"recurse"} and len(args) <= (name == "parameters") else None
+            if named is not None:
+                own = [(n, v) for n, v in named if "." not in n]
+                return self.known_sequence([v if name == "parameters" else frozenset({Tup((const(n), v))})
+                                            for n, v in own], st, node)
+            value = self.param_value(m, st, subtree=True)
+            return self.make_sequence(value if name == "parameters" else frozenset({Tup((UNKNOWN, value))}), st, node)
         if name == "parameters" and not args and not kwargs:
             # each one, when they are known one by one and few (`[p.detach() for p in net.parameters()]` zipped
-            # with their names), or when some are tensors set into `_parameters`
+            # with their names), or some are tensors set into `_parameters` (one of them may be no leaf)
             named = self.named_parameters(m, st)
-            if named is not None and len(named) <= MAX_EXACT_PARAMETERS:
+            slotted = any(self.slots(x, st) for x in self.submodules(m, st))
+            if named is not None and (len(named) <= MAX_EXACT_PARAMETERS or slotted):
                 return self.known_sequence([v for _, v in named], st, node)
-            if any(self.slots(x, st) for x in self.submodules(m, st)):
+            if slotted:
                 return self.make_sequence(UNKNOWN, st, node)
         if name == "parameters":
             out = self.make_sequence(self.param_value(m, st, subtree=True), st, node, nonempty=True)
@@ -2318,6 +2348,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             vals = [const(k) if name == "keys" else v if name == "values" else frozenset({Tup((const(k), v))})
                     for k, v in pairs]
             return self.known_sequence(vals, st, node)
+        if name == "get_submodule" and len(args) == 1 and not kwargs:  # `model.get_submodule("blocks.3.conv")`
+            path = literal_of(args[0], str)
+            found = dict(self.named_modules(m, st) or ()).get(path) if path is not None else None
+            return frozenset({found}) if found is not None else UNKNOWN
         if name in ("modules", "children", "named_modules", "named_children"):
             named = self.named_children(m, st) if name.endswith("children") else self.named_modules(m, st)
             if named is not None:  # each one known, with its name: a loop over them runs on each
@@ -2336,8 +2370,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.clears_grads(kwargs, st, frozenset(("params", x.id) for x in self.submodules(m, st)))
             return NONE
         if name == "requires_grad_":
-            flag = self.truth_of(args[0]) if args else True
+            flag = self.truth_of(args[0] if args else kwargs.get("requires_grad", const(True)))
             for x in self.submodules(m, st):
+                # its Parameters held as attributes (`self.pos_embed = nn.Parameter(...)`) are flagged too
+                for attr, v in list((st.heap.get(x.id) or {}).items()):
+                    if not attr.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
+                                                              and ("params", x.id) in a.objs for a in v):
+                        st.set_attr(x.id, attr, frozenset(replace(a, rg=flag) for a in v))
                 # each parameter's `requires_grad_(flag)`: a computed tensor set into `_parameters`
                 # (a hook's `m._parameters[name] = w`) refuses to have grad turned off
                 owner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
@@ -2546,8 +2585,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 return None
             return K.RECURRENT_PARAMETERS.names(layers, flags[0], flags[1], proj > 0)
         names = info.param_params if info.has_params and not info.container else ()
-        if not set(names) <= {"weight", "bias"}:
-            return None
+        if not set(names) <= {"weight", "bias"} or info.has_params and not names:
+            return None  # (a layer with parameters its op does not take, `nn.MultiheadAttention`: not known)
         for flag, dropped in (("bias", {"bias"}), ("affine", set(names)), ("elementwise_affine", set(names))):
             if flag in kwargs:
                 truth = self.truth_of(kwargs[flag])

@@ -1,0 +1,33 @@
+# expect: requires_grad_nonleaf
+# shape: a pruner finds a layer by its dotted path with `model.get_submodule` and writes its masked weight (computed, with a graph) into the layer's `_parameters`; freezing the model for evaluation then sets requires_grad on that computed weight, which only leaves allow
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6))
+        self.head = nn.Linear(6, 1)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def apply_mask(model, path, keep=0.5):
+    layer = model.get_submodule(path)
+    mask = (torch.rand_like(layer.weight) < keep).float()
+    layer._parameters["weight"] = layer.weight * mask
+
+
+def freeze(model):
+    for p in model.parameters():
+        p.requires_grad = False  # raises
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    net = Net()
+    apply_mask(net, "blocks.2")
+    freeze(net)
+    print(net(torch.randn(2, 6)).shape)
