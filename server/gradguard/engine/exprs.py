@@ -14,7 +14,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import FLOATING, INDEXING, SIZES
-from gradguard.engine.limits import ALWAYS_UNROLLED_ITEMS, MAX_UNROLLED_ITEMS, MAX_UNROLLED_WORK, TooComplex
+from gradguard.engine.limits import TooComplex, few_unrolled
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
 from gradguard.engine.contexts import managed_call
 from gradguard.engine.values import (
@@ -452,8 +452,8 @@ class Expressions:
             return None
         items = self.exact_items(it, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
-        if count is None or (items is None and counter is None) or count > ALWAYS_UNROLLED_ITEMS and \
-                (count > MAX_UNROLLED_ITEMS or count * len(elt_nodes) * self.unrolled_work > MAX_UNROLLED_WORK):
+        if count is None or (items is None and counter is None) or not few_unrolled(count, len(elt_nodes),
+                                                                                     self.unrolled_work):
             return None
         inner = st.copy()
         vals = []
@@ -995,7 +995,7 @@ class Expressions:
         return self.call_unknown(args, kwargs, st, node)
 
     def instantiate(self, cls, args, kwargs, st, node, run_init=True, ctx=None):
-        if self.dict_class(cls.id, st) and self.class_lookup(cls.id, "__init__", st) is None:
+        if self.derives_from(cls.id, st, DICT_CLASSES.__contains__) and self.class_lookup(cls.id, "__init__", st) is None:
             # `class Config(dict): __getattr__ = dict.__getitem__`: a dict of its class
             made = self.call_builtin("dict", args, kwargs, st, node)
             for d in objs_of(made, "dict"):
@@ -1019,13 +1019,6 @@ class Expressions:
             self.call_value(self.bind_class_member(init, obj, st, node),
                             args if fields is None else [], dict(kwargs) if fields is None else {}, st, node)
         return frozenset({obj})
-
-    def dict_class(self, cls_id, st, seen=None) -> bool:
-        """Whether a class of this program derives from `dict` (itself or through its bases)."""
-        seen = (seen or set()) | {cls_id}
-        bases = self.bases_of(cls_id, st)
-        return any(isinstance(b, Ref) and b.dotted in DICT_CLASSES for b in bases) or \
-            any(self.dict_class(b.id, st, seen) for b in objs_of(bases, "class") if b.id not in seen)
 
     def generated_init(self, cls_id, st, seen=None):
         """The dataclass whose generated `__init__` a class runs: itself, or the first base

@@ -22,8 +22,7 @@ from gradguard import knowledge as K
 from gradguard.engine import binder
 from gradguard.engine.contexts import CONTEXTMANAGER, UserContexts
 from gradguard.engine.exprs import Expressions
-from gradguard.engine.limits import (ALWAYS_UNROLLED_ITEMS, MAX_UNROLLED_ITEMS, MAX_UNROLLED_WORK, Clock, Limits,
-                                     TooComplex, running)
+from gradguard.engine.limits import Clock, Limits, TooComplex, few_unrolled, running
 from gradguard.engine.state import (ESCAPED, GLOBALS, MAYBE_UNBOUND, YIELDED, State, adopt_sure, join_states,
                                     maybe_unbound)
 from gradguard.engine.torch_sem import TorchSemantics
@@ -949,15 +948,11 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                          period=period)
 
     def unrolls(self, s, n: int) -> bool:
-        """Whether a loop over `n` known items runs item by item: up to 16 always (a model's
-        layers, a config's stages); up to 64 (a model's parameters frozen by name) while the
-        statements run that way, counted across the loops unrolled around it, stay few."""
-        if n <= ALWAYS_UNROLLED_ITEMS:
-            return True
+        """Whether a loop over `n` known items runs item by item (see `few_unrolled`)."""
         body = self.statement_counts.get(s)
         if body is None:
             body = self.statement_counts[s] = sum(isinstance(x, ast.stmt) for x in ast.walk(s)) - 1
-        return n <= MAX_UNROLLED_ITEMS and n * body * self.unrolled_work <= MAX_UNROLLED_WORK
+        return few_unrolled(n, body, self.unrolled_work)
 
     def counter_period(self, s, st):
         """The largest `k` (2 to 16) of a test `counter % k` in the loop's body whose branch runs a

@@ -25,8 +25,8 @@ STEPS = 64  # interpreter steps between two reads of the clock: a few millisecon
 ITEMS_PER_STEP = 256  # items of values a join goes through in about the time of one step
 # items of a known sequence a `for` loop or a comprehension runs one by one whatever its body
 ALWAYS_UNROLLED_ITEMS = 16
-MAX_UNROLLED_ITEMS = 64  # items of a known sequence a loop or a comprehension may run one by one (`unrolls`)
-MAX_UNROLLED_WORK = 256  # their count times the body's statements, times the loops unrolled around it
+MAX_UNROLLED_ITEMS = 64  # items of a known sequence a loop or a comprehension may run one by one
+MAX_UNROLLED_WORK = 256  # their count times the body's size, times the loops unrolled around it
 VALUE_ITEMS = 16  # a value rewritten (a backward marking the state) costs about as many items
 
 
@@ -122,3 +122,11 @@ def charge(items: int) -> None:
     clock = _RUNNING.get()
     if clock is not None:
         clock.charge(items)
+
+
+def few_unrolled(n: int, body: int, work: int) -> bool:
+    """Whether `n` known items are run one by one, by a loop whose body has `body` statements or
+    a comprehension of `body` expressions, inside loops unrolled `work` times: up to 16 always (a
+    model's layers, a config's stages); up to 64 (a model's parameters frozen by name) while
+    the statements run that way stay few."""
+    return n <= ALWAYS_UNROLLED_ITEMS or n <= MAX_UNROLLED_ITEMS and n * body * work <= MAX_UNROLLED_WORK

@@ -604,14 +604,11 @@ class Shapes:
         the items are not known one by one (a list grown in a loop) but every element `elements`
         may be has one shape, the same with their number not known."""
         if not items and elements and all(isinstance(a, Tensor) for a in elements) \
-                and len({a.shape for a in elements}) == 1 and next(iter(elements)).shape is not None:
-            shape = next(iter(elements)).shape
+                and len({a.shape for a in elements}) == 1:
+            # as if two were joined, the size along `dim` then not known (a bad `dim` is None there)
             joined = self.joined_shape(name, [frozenset({next(iter(elements))})] * 2, dim)
-            d = int_of(dim) if dim is not None else 0
-            if joined is None or d is None:
-                return None
-            d %= len(joined)
-            return joined[:d] + (None,) + joined[d + 1:] if len(joined) == len(shape) + (name == "stack") else None
+            d = int_of(dim) % len(joined) if joined is not None and dim is not None else 0
+            return joined[:d] + (None,) + joined[d + 1:] if joined is not None else None
         shapes = [of(i) for i in items] if items else None
         if not shapes or any(s is None for s in shapes):
             return None

@@ -708,19 +708,24 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 continue
             key = own[1] if own is not None and own[0] == o[1] else next((p for p in t.objs if p[0] == "param"), None)
             if key is None:
-                st.set_attr(o[1], "<rg>", flag)
-                st.set_attr(o[1], RG_BY_NAME, NO_FLAGS)
-                # an `nn.Parameter` a class set as an attribute is one of them: read later, it has the flag
-                truth = self.truth_of(flag)
-                for n, v in list((st.heap.get(o[1]) or {}).items()):
-                    if not n.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
-                                                           and ("params", o[1]) in a.objs for a in v):
-                        st.set_attr(o[1], n, frozenset(replace(a, rg=truth) for a in v))
+                self.set_module_rg(o[1], flag, st)
             else:
                 truth = self.truth_of(flag)
                 st.set_attr(o[1], RG_BY_NAME, frozenset(Const(frozenset({**(d or {}), key: truth}.items()))
                                                         for d in self.param_flags(o[1], st)))
-            self.frozen_by[o[1]] = self.statement
+                self.frozen_by[o[1]] = self.statement
+
+    def set_module_rg(self, mid, flag, st) -> None:
+        """Every parameter of one module now has `flag` (its `<rg>`, no flag set one by one), an
+        `nn.Parameter` its class set as an attribute too: read later, it has the flag."""
+        st.set_attr(mid, "<rg>", flag)
+        st.set_attr(mid, RG_BY_NAME, NO_FLAGS)
+        truth = self.truth_of(flag)
+        for n, v in list((st.heap.get(mid) or {}).items()):
+            if not n.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
+                                                   and ("params", mid) in a.objs for a in v):
+                st.set_attr(mid, n, frozenset(replace(a, rg=truth) for a in v))
+        self.frozen_by[mid] = self.statement
 
     def param_flags(self, mid, st) -> list:
         """The flags of the parameters of a module set one by one: a dict (name -> True, False or
@@ -2253,13 +2258,6 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({replace(t, leaf=False, ident=None)})
         return out
 
-    @staticmethod
-    def container_item(m: Obj, i: int, st):
-        """The layer a Sequential or ModuleList holds at place `i`, when its layers are known one by one."""
-        items = st.get_attr(m.id, "<items>")
-        tup = next(iter(items)) if items is not None and len(items) == 1 else None
-        return tup.items[i] if isinstance(tup, Tup) and i < len(tup.items) else None
-
     def plain_module_attribute(self, m: Obj, name, st, node):
         kind = self.module_kind.get(m.id)
         if name in self.slots(m, st):
@@ -2280,9 +2278,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return frozenset({Method(frozenset({m}), name)})  # what a subclass's `forward` calls
         if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
-        if name.isdigit() and kind in ("Sequential", "ModuleList") \
-                and (layer := self.container_item(m, int(name), st)) is not None:
-            return layer  # `getattr(seq, "1")`, `seq._modules["1"]`: the layer it holds at that place
+        layers = self.exact_items(frozenset({m}), st) if name.isdigit() and kind in ("Sequential", "ModuleList") \
+            else None
+        if layers is not None and int(name) < len(layers):
+            return layers[int(name)]  # `getattr(seq, "1")`, `seq._modules["1"]`: the layer it holds at that place
         sub = Obj(("sub", m.id, name), "module")
         self.module_kind.setdefault(sub.id, "opaque")
         if sub.id not in st.heap:
@@ -2337,8 +2336,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if named is not None else self.make_sequence(UNKNOWN, st, node)
         if name == "state_dict" and not args and not kwargs:
             return self.state_dict(m, st, node)
-        if name == "named_parameters":
-            named = self.named_parameters(m, st) if not args and not kwargs else None
+        if name == "named_parameters":  # (without options: see above)
+            named = self.named_parameters(m, st)
             if named is not None:  # each one known, with its name: a loop over them runs on each
                 vals = [frozenset({Tup((const(n), v))}) for n, v in named]
                 return self.known_sequence(vals, st, node)
@@ -2372,20 +2371,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "requires_grad_":
             flag = self.truth_of(args[0] if args else kwargs.get("requires_grad", const(True)))
             for x in self.submodules(m, st):
-                # its Parameters held as attributes (`self.pos_embed = nn.Parameter(...)`) are flagged too
-                for attr, v in list((st.heap.get(x.id) or {}).items()):
-                    if not attr.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
-                                                              and ("params", x.id) in a.objs for a in v):
-                        st.set_attr(x.id, attr, frozenset(replace(a, rg=flag) for a in v))
                 # each parameter's `requires_grad_(flag)`: a computed tensor set into `_parameters`
                 # (a hook's `m._parameters[name] = w`) refuses to have grad turned off
                 owner = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None
                 for slot in self.slots(x, st):
                     self.set_requires_grad(node, owner, sure_tensor(st.get_attr(x.id, slot) or UNKNOWN), flag,
                                            setter=False, member=owner is not None)
-                st.set_attr(x.id, "<rg>", const(flag) if flag is not None else UNKNOWN)
-                st.set_attr(x.id, RG_BY_NAME, NO_FLAGS)
-                self.frozen_by[x.id] = self.statement
+                self.set_module_rg(x.id, const(flag) if flag is not None else UNKNOWN, st)
             return frozenset({m})
         if name in ("train", "eval"):  # `self.training`, read in forward
             flag = False if name == "eval" else self.truth_of(args[0] if args else kwargs.get("mode", const(True)))

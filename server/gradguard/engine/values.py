@@ -235,10 +235,10 @@ NONE = frozenset({NONE_ATOM})
 EMPTY: frozenset = frozenset()
 # On an object given to a call the engine did not follow (a limit): attributes not seen may exist.
 UNSEEN_ATTRS = "<unseen attributes>"
+PATCHED = ("<library attributes set>",)  # heap entry: "torch.zeros" -> what the program set there
 # A list's attribute: one tensor with the must facts of the tensors surely in it, kept when its
 # items are no longer known one by one (appended in a loop), so that `torch.stack(xs)` after
 # the loop still surely carries what its first iterations appended.  Only appending adds to it.
-PATCHED = ("<library attributes set>",)  # heap entry: "torch.zeros" -> what the program set there
 HELD = "<held>"
 HELD_NOTHING = frozenset({Tensor()})  # no tensor surely held (a join with it keeps no must fact)
 
