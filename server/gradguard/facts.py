@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from gradguard import ids
+from gradguard.ids import gid
 from gradguard.notebook import Cells, line_label
 from gradguard.spans import Positions
 
@@ -18,8 +20,9 @@ from gradguard.spans import Positions
 
 def position(node) -> tuple:
     """Where a node is, as a sort key that never ties two nodes of one tree (a call and the
-    call it starts with share their start): the ids in sets of nodes and regions differ
-    from run to run, so every choice among them is made in this order."""
+    call it starts with share their start): sets of nodes and regions iterate in an order
+    that differs from run to run (string hashes are salted per process), so every choice
+    among them is made in this order."""
     return node.lineno, node.col_offset, node.end_lineno or 0, node.end_col_offset or 0
 
 @dataclass
@@ -148,17 +151,24 @@ class Facts:
     raises: dict = field(default_factory=dict)  # key -> Raise
     grad_inputs: set = field(default_factory=set)  # source texts passed as `inputs` to torch.autograd.grad
     inplace_flags: dict = field(default_factory=dict)  # in-place call -> (call with inplace=True, flag position)
-    values: dict = field(default_factory=dict)  # id(Name/Attribute node) -> its tensor value, for hover
-    maybe_none: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value may be None
-    tuples: set = field(default_factory=set)  # ids of Name/Attribute nodes whose value is a tuple (LSTM state)
-    list_items: set = field(default_factory=set)  # ids of `xs[i] += y` whose `xs` is surely a list (not a tensor)
-    unreduced: set = field(default_factory=set)  # ids of loss calls left unreduced (`reduction="none"`)
+    # the facts about single nodes are keyed by their stable ids (`ids.gid`)
+    values: dict = field(default_factory=dict)  # Name/Attribute node -> its tensor value, for hover
+    maybe_none: set = field(default_factory=set)  # Name/Attribute nodes whose value may be None
+    tuples: set = field(default_factory=set)  # Name/Attribute nodes whose value is a tuple (LSTM state)
+    list_items: set = field(default_factory=set)  # `xs[i] += y` whose `xs` is surely a list (not a tensor)
+    unreduced: set = field(default_factory=set)  # loss calls left unreduced (`reduction="none"`)
     cut_reach: dict = field(default_factory=dict)  # a cut (`.detach()`, no_grad) -> the storages its input reached
 
     modules: list = field(default_factory=list)  # the workspace modules the analysis read (workspace.Module)
     read: tuple = ()  # paths of workspace modules whose text decided what was analysed (see analysis._run)
     cells: Cells = ()  # a notebook's: where each cell starts in `source`, for the lines messages name
-    _nodes: dict = field(default_factory=dict, repr=False)  # (id(scope), kinds) -> `nodes`; scopes live as long
+    _nodes: dict = field(default_factory=dict, repr=False)  # (scope, kinds) -> `nodes`
+
+    def __getstate__(self) -> dict:
+        """Without what is worked out again when asked (the walks, the parents, the positions)."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("parents", "positions")}
+        state["_nodes"] = {}
+        return state
 
     def add_module(self, module) -> None:
         """Nodes of an imported workspace module get that module's positions and text."""
@@ -167,8 +177,10 @@ class Facts:
 
     def module_of(self, node):
         """The imported module `node` belongs to, None for the file analysed."""
-        key = id(node)
-        return next((m for m in self.modules if key in m.node_ids), None) if self.modules else None
+        if not self.modules:
+            return None
+        path = ids.module_of(gid(node))
+        return next((m for m in self.modules if m.path == path), None) if path else None
 
     def nodes(self, scope=None, *kinds) -> list:
         """The nodes of `scope` (a function, a loop; the module when None) in `ast.walk`'s order,
@@ -176,14 +188,14 @@ class Facts:
         the findings of one file look through the same scopes again and again, and a walk
         each time made a large file's rules take longer than its analysis."""
         scope = self.tree if scope is None else scope
-        every = self._nodes.get((id(scope), ()))
+        every = self._nodes.get((scope, ()))
         if every is None:
-            every = self._nodes[(id(scope), ())] = list(ast.walk(scope))
+            every = self._nodes[(scope, ())] = list(ast.walk(scope))
         if not kinds:
             return every
-        found = self._nodes.get((id(scope), kinds))
+        found = self._nodes.get((scope, kinds))
         if found is None:
-            found = self._nodes[(id(scope), kinds)] = [n for n in every if isinstance(n, kinds)]
+            found = self._nodes[(scope, kinds)] = [n for n in every if isinstance(n, kinds)]
         return found
 
     @cached_property

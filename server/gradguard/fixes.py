@@ -23,6 +23,7 @@ from dataclasses import replace
 from gradguard import knowledge as K
 from gradguard.facts import Backward, Facts, position
 from gradguard.findings import Edit, Fix
+from gradguard.ids import gid
 
 DETACHABLE = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
 
@@ -108,7 +109,7 @@ def stored_in_containers(facts: Facts, loop: ast.AST, regions: frozenset) -> lis
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args \
                 and call.func.attr in ("append", "appendleft", "insert", "add"):
             value = call.args[-1]
-            t = facts.values.get(id(value))
+            t = facts.values.get(gid(value))
             if t is not None and sites & _sites(t.regions):
                 out.append((call.func.value, value))
     return out
@@ -158,9 +159,9 @@ def attribute_reentries(facts: Facts, regions: frozenset) -> list:
         if not targets or not _carries(facts, stmt.value, regions):
             continue
         for target in targets:
-            rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
+            rhs = set(map(gid, ast.walk(stmt.value)))  # evaluated before the store, though written after it
             reads = [n for n in _reads_of(facts, facts.text(target, 200), _function_of(facts, stmt))
-                     if (before(n, stmt) or id(n) in rhs) and (t := facts.values.get(id(n))) is not None
+                     if (before(n, stmt) or gid(n) in rhs) and (t := facts.values.get(gid(n))) is not None
                      and t.rg is not False and not _may_be_none(facts, n)]
             if reads:
                 out.append(sorted(reads, key=position))
@@ -176,15 +177,15 @@ def tuple_reentries(facts: Facts, regions: frozenset) -> list:
     functions = {facts.regions[r].function for r in regions}  # where the freed graph was built
     for stmt in facts.nodes(None, ast.Assign):
         if len(stmt.targets) != 1 or _function_of(facts, stmt) not in functions \
-                or not any(id(n) in facts.tuples for n in ast.walk(stmt.value)):
+                or not any(gid(n) in facts.tuples for n in ast.walk(stmt.value)):
             continue
         target = stmt.targets[0]  # `self._state = ...`, or `out, self.hidden = self.lstm(x, self.hidden)`
-        rhs = set(map(id, ast.walk(stmt.value)))  # evaluated before the store, though written after it
+        rhs = set(map(gid, ast.walk(stmt.value)))  # evaluated before the store, though written after it
         for attr in target.elts if isinstance(target, ast.Tuple) else [target]:
             if not isinstance(attr, ast.Attribute):
                 continue
             reads = [n for n in _reads_of(facts, facts.text(attr, 200), _function_of(facts, stmt))
-                     if (before(n, stmt) or id(n) in rhs) and id(n) in facts.tuples]
+                     if (before(n, stmt) or gid(n) in rhs) and gid(n) in facts.tuples]
             if reads:
                 out.append(min(reads, key=position))
     return out
@@ -194,10 +195,10 @@ def _carries(facts: Facts, expr, regions: frozenset) -> bool:
     """Whether `expr` reads a tensor carrying one of `regions` (of any iteration), or computes
     one of them (`self._emb = self.embed(x)`)."""
     sites = _sites(regions)
-    made = {id(facts.regions[r].node) for r in regions if r in facts.regions}
-    return any(id(n) in made or t is not None and sites & _sites(t.regions)
+    made = {gid(facts.regions[r].node) for r in regions if r in facts.regions}
+    return any(gid(n) in made or t is not None and sites & _sites(t.regions)
                for n in ast.walk(expr)
-               for t in [facts.values.get(id(n)) if isinstance(n, (ast.Name, ast.Attribute)) else None])
+               for t in [facts.values.get(gid(n)) if isinstance(n, (ast.Name, ast.Attribute)) else None])
 
 
 def _read_after(facts: Facts, target: ast.expr, stmt: ast.stmt) -> bool:
@@ -268,7 +269,7 @@ def cut_points(facts: Facts, ops, through: frozenset, within: frozenset, functio
 def _may_be_none(facts: Facts, read: ast.expr) -> bool:
     """Whether the value read may be None (`.detach()` would fail on it): the engine saw None
     there, and no earlier `if X is None: X = ...` of the same function replaced it."""
-    if id(read) not in facts.maybe_none:
+    if gid(read) not in facts.maybe_none:
         return False
     text = facts.text(read, 200)
     node = read
@@ -307,7 +308,7 @@ def _consumed_after(facts: Facts, first: ast.AST, b: Backward, shared: frozenset
                 and _function_of(facts, call) is function):
             continue
         for arg in call.args:
-            t = facts.values.get(id(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+            t = facts.values.get(gid(arg)) if isinstance(arg, (ast.Name, ast.Attribute)) else None
             sites = _sites(t.regions) if t is not None else set()
             if t is not None and t.rg is True and sites & shared and sites <= within \
                     and not _may_be_none(facts, arg) and facts.text(arg) not in facts.grad_inputs:
@@ -410,7 +411,7 @@ def _received_detached(facts: Facts, b: Backward, shared: frozenset) -> list:
     sites = _sites(shared)
     names = []
     for a in function.args.args:
-        reads = [facts.values.get(id(n)) for n in _reads_of(facts, a.arg, function)]
+        reads = [facts.values.get(gid(n)) for n in _reads_of(facts, a.arg, function)]
         if reads and all(t is not None and _sites(t.regions) & sites for t in reads):
             names.append(a.arg)
     body = function.body
@@ -485,7 +486,7 @@ def _call_chain(key: tuple) -> tuple:
 def _call_in(facts: Facts, chain: tuple, function) -> ast.Call | None:
     """The call of `chain` written in `function` itself: where its code leads to what a
     callee did."""
-    calls = {id(n): n for n in facts.nodes(function, ast.Call)}
+    calls = {gid(n): n for n in facts.nodes(function, ast.Call)}
     return next((calls[c] for c in chain if c in calls and _function_of(facts, calls[c]) is function), None)
 
 
@@ -541,7 +542,7 @@ def _carried_from_previous_iteration(facts, b, loop):
                          + " where the previous value comes back",
                          tuple(edit(facts, "detach", r) for r in dict.fromkeys(r for reads in reentries for r in reads))))
     for read in tuple_reentries(facts, b.freed_hit)[:1]:  # an LSTM's `(h, c)` kept on the object
-        form = "detach_tuple_if_before" if id(read) in facts.maybe_none else "detach_tuple_before"
+        form = "detach_tuple_if_before" if gid(read) in facts.maybe_none else "detach_tuple_before"
         fixes.append(Fix(f"Detach `{facts.text(read)}` where the previous value comes back",
                          (edit(facts, form, statement_of(facts, read), facts.text(read, 200)),)))
     state = object_state(facts, b.freed_hit, loop)
@@ -581,7 +582,7 @@ def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
         chain = _call_chain(rid)
         call = _call_in(facts, chain, function)
         if call is None or method is None or not method.args.args or method.args.args[0].arg != "self" \
-                or chain[-1] != id(call):
+                or chain[-1] != gid(call):
             continue  # the loop's code calls the method itself, not something that calls it
         # `model.step(x)`: the object is `model`; `self.model(x)`: the module called is `self.model`
         named = isinstance(call.func, ast.Attribute) and call.func.attr == method.name
@@ -594,10 +595,10 @@ def object_state(facts: Facts, regions: frozenset, loop: ast.AST) -> list:
         for target in [n for a in stores for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Attribute)
                        and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)]:
             reads = _reads_of(facts, facts.text(target, 200), method)
-            shape = "detach_tuple" if any(id(n) in facts.tuples for n in reads) else \
-                "detach" if any(id(n) in facts.values for n in reads) else None
+            shape = "detach_tuple" if any(gid(n) in facts.tuples for n in reads) else \
+                "detach" if any(gid(n) in facts.values for n in reads) else None
             if shape is not None:
-                guarded = any(id(n) in facts.maybe_none for n in reads)
+                guarded = any(gid(n) in facts.maybe_none for n in reads)
                 out.setdefault(f"{facts.text(owner, 200)}.{target.attr}", shape + ("_if" if guarded else "") + "_before")
     return list(out.items())
 
@@ -632,7 +633,7 @@ def inplace_saved(facts: Facts, b: Backward, changers: list) -> tuple[Fix, ...]:
                                                and (_whole_statement(facts, top) or _unobserved(facts, n))):
             fixes.append(Fix("Use the out-of-place operation",
                              (edit(facts, "out_of_place", top if _whole_statement(facts, top) else n,
-                                   "item" if id(n) in facts.list_items else ""),), applicability="safe"))
+                                   "item" if gid(n) in facts.list_items else ""),), applicability="safe"))
         elif (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)  # `x[i] = v`, `sim.fill_diagonal_(0)`
               or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
               and n.func.attr.endswith("_")) and _computed_here(facts, n.value if isinstance(n, ast.Subscript)
@@ -673,10 +674,10 @@ def saved_operands(facts: Facts, b: Backward, weights: bool = False) -> list:
     the backward compute gradients of weights the step already replaced."""
     out = {}  # by operand: regions of several iterations are one op
     for r in sorted((facts.regions[r] for r in b.dirty_hit), key=lambda r: (position(r.node), r.order)):
-        out |= {id(o): (o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
+        out |= {gid(o): (o, r.node) for o in facts.nodes(r.node, ast.Name, ast.Attribute)
                 if isinstance(o.ctx, ast.Load) and not _owner_of_attribute(facts, o)
-                and id(o) in facts.values and facts.values[id(o)].objs & r.stale
-                and (weights or not any(obj[0] == "params" for obj in facts.values[id(o)].objs))}
+                and gid(o) in facts.values and facts.values[gid(o)].objs & r.stale
+                and (weights or not any(obj[0] == "params" for obj in facts.values[gid(o)].objs))}
     return list(out.values())
 
 
@@ -690,7 +691,7 @@ def _step_moved(facts: Facts, b: Backward, step: ast.Call) -> tuple | None:
     if target is not None and before(stmt, target):
         return stmt, target
     back = next((_call_chain(k) for k, fact in facts.backwards.items() if fact is b), None)
-    calls = {id(n): n for n in facts.nodes(facts.tree, ast.Call)}
+    calls = {gid(n): n for n in facts.nodes(facts.tree, ast.Call)}
     for key, fact in facts.steps.items():
         chain = _call_chain(key)
         if fact.node is not step or back is None:
@@ -896,7 +897,7 @@ def soft_comparisons(facts: Facts, cut: ast.AST) -> list[Edit]:
     if isinstance(cut, ast.Compare) and len(cut.ops) == 1 and isinstance(cut.ops[0], _ORDER):
         sides = [s for s in (cut.left, cut.comparators[0]) if not _number(s)]
         if len(sides) == 2:  # `x > threshold`: the side that is a tensor
-            sides = [s for s in sides if id(s) in facts.values]
+            sides = [s for s in sides if gid(s) in facts.values]
         if len(sides) != 1:
             return []
         kind = "prob" if _probability(facts, sides[0]) else "logit"
@@ -976,7 +977,7 @@ def _copies_tensor(facts: Facts, cut) -> bool:
     """`torch.tensor(t)` of a name holding a tensor: a copy of its values, without its graph."""
     return isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and cut.func.attr == "tensor" \
         and len(cut.args) == 1 and isinstance(cut.args[0], (ast.Name, ast.Attribute)) \
-        and id(cut.args[0]) in facts.values
+        and gid(cut.args[0]) in facts.values
 
 
 def _copies_values(call: ast.Call) -> bool:
@@ -1098,7 +1099,7 @@ def _reads_graph(facts: Facts, expr) -> bool:
     (`dist.log_prob(action)`), and calls no `.item()`."""
     nodes = list(ast.walk(expr))
     return not any(_is_item(n) for n in nodes) and any(
-        (t := facts.values.get(id(n))) is not None and t.rg is not False
+        (t := facts.values.get(gid(n))) is not None and t.rg is not False
         or isinstance(n, ast.Call) and _last_name(n.func) in K.DISTRIBUTIONS.graph_methods for n in nodes)
 
 
@@ -1123,7 +1124,7 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
             uses.append(n.value)
     out = []
     for use in sorted(uses, key=position):
-        t = facts.values.get(id(use))
+        t = facts.values.get(gid(use))
         if t is None or t.rg is not False or t.leaf is not True or any(use.id == name for name, _ in out):
             continue
         scope = _function_of(facts, use) or facts.tree

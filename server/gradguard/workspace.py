@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+from gradguard.ids import number
 from gradguard.spans import LINE_BREAK, Positions
 
 KEPT = 16  # parsed modules kept for the next analysis (a walk checks neighbours, which import alike)
@@ -39,6 +40,9 @@ class Module:
     source: str
     tree: ast.Module
 
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "source": self.source, "tree": self.tree}  # not the cached properties
+
     @cached_property
     def lines(self) -> list[str]:
         return LINE_BREAK.split(self.source)
@@ -47,11 +51,6 @@ class Module:
     def positions(self) -> Positions:
         return Positions(self.source)
 
-    @cached_property
-    def node_ids(self) -> frozenset:
-        """The ids of the tree's nodes (the tree lives as long as this module): which module a
-        node the engine met belongs to, found without walking the tree again per analysis."""
-        return frozenset(map(id, ast.walk(self.tree)))
 
 
 MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -185,7 +184,7 @@ class Workspace:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(text, filename=key)
-            module = Module(key, text, tree)
+            module = Module(key, text, number(tree, key))
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
             module = None  # unreadable or broken: opaque, like a module without source
         self._parsed[key] = (stamp, module)

@@ -22,6 +22,7 @@ from gradguard.engine.values import (
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
     MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, key_value, literal_of, objs_of, tensor_of,
 )
+from gradguard.ids import gid
 
 _NUM = Num()
 DICT_CLASSES = frozenset({"builtins.dict", "collections.OrderedDict"})
@@ -98,13 +99,13 @@ class Expressions:
         None in some evaluation (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
-            old = self.facts.values.get(id(node))
+            old = self.facts.values.get(gid(node))
             if old is None or t.regions or not old.regions:
-                self.facts.values[id(node)] = t
+                self.facts.values[gid(node)] = t
         elif any(isinstance(a, Tup) for a in v):
-            self.facts.tuples.add(id(node))
+            self.facts.tuples.add(gid(node))
         if any(isinstance(a, Const) and a.value is None for a in v):  # in this evaluation or another
-            self.facts.maybe_none.add(id(node))
+            self.facts.maybe_none.add(gid(node))
         return v
 
     def expr_NamedExpr(self, node, st):
@@ -604,7 +605,7 @@ class Expressions:
         if tensor_of(current) is not None:  # `t += x` on a tensor is in place (`t.add_(x)`)
             if isinstance(s.target, ast.Subscript) and (base := self.peek(s.target.value, st)) \
                     and len(objs_of(base, "list")) == len(base):  # `laterals[i] += y`: a fix may assign the item
-                self.facts.list_items.add(id(s))
+                self.facts.list_items.add(gid(s))
             self.augassign_tensor(s, current, rhs, st)
             return
         lists = objs_of(current, "list")
@@ -1082,7 +1083,7 @@ class Expressions:
         return False
 
     def class_of_node(self, classdef):
-        cid = ("class", id(classdef))
+        cid = ("class", gid(classdef))
         return Obj(cid, "class") if cid in self.class_nodes else None
 
     def iterate_instance(self, obj, st):

@@ -17,6 +17,7 @@ effects its hooks may have is assumed.
 from __future__ import annotations
 
 from gradguard.engine.values import NONE, UNKNOWN, Const, Obj, Tup, join, objs_of
+from gradguard.ids import gid
 
 PRE, FORWARD = "<pre_hooks>", "<fwd_hooks>"
 REGISTER = {"register_forward_pre_hook": PRE, "register_forward_hook": FORWARD}
@@ -44,7 +45,7 @@ class ModuleHooks:
             st.set_attr(m.id, attr, UNKNOWN)
             return UNKNOWN
         st.set_attr(m.id, attr, frozenset({Tup((fn,) + known if prepend else known + (fn,))}))
-        handle = Obj(("hook", self.frame.ctx, id(node)), "hook")
+        handle = Obj(("hook", self.frame.ctx, gid(node)), "hook")
         st.heap[handle.id] = {"<module>": frozenset({m}), "<attr>": frozenset({Const(attr)}), "<hook>": fn}
         return frozenset({handle})
 
@@ -103,7 +104,7 @@ class ModuleHooks:
             """The forward hooks of one alternative (a hook registered on one of several layers
             in a loop is perhaps on this one): each may replace the output."""
             result = out
-            box = ("hook_output", self.frame.ctx, id(node))
+            box = ("hook_output", self.frame.ctx, gid(node))
             for fn in hooks.items:
                 # the output is held in the state while the hook runs: what the hook does to the tensor
                 # object itself (`output.requires_grad_(True)`) is what the caller gets back

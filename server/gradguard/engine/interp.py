@@ -31,6 +31,7 @@ from gradguard.engine.values import (
     int_of, item_key, join, map_tensors, objs_of, tensor_of,
 )
 from gradguard.facts import Facts
+from gradguard.ids import derived, gid, number
 from gradguard.spans import LINE_BREAK
 from gradguard.workspace import top_imports
 
@@ -147,7 +148,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                  workspace=None, limits: Limits = Limits()):
         self.source = source
         self.limits = limits
-        self.tree = tree
+        self.tree = number(tree, "") if not hasattr(tree, "gid") else tree
         self.frames: list[Frame] = []
         frames = self.frames  # not `self`: a clock holding the interpreter would keep every analysis alive until gc
         self.clock = Clock(deadline, lambda: _line_now(frames), limits.work)
@@ -254,7 +255,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
                 if cls is not None:
                     if owner not in instances:
                         instances[owner] = self.instantiate(cls, [], {}, st, owner, run_init=True,
-                                                            ctx=("root", id(owner)))
+                                                            ctx=("root", gid(owner)))
                     self_value = instances[owner]
             args = [self_value] if owner is not None else []
             self.call_function(Func(node), args, {}, st.copy(), node, root=True)
@@ -290,7 +291,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         for n in names:
             cell = fr.cells.get(n)
             if cell is None:
-                cell = fr.cells[n] = Obj(("cell", fr.ctx, id(fr.func), n), "cell")
+                cell = fr.cells[n] = Obj(("cell", fr.ctx, gid(fr.func), n), "cell")
                 st.heap[cell.id] = {"value": st.env.get(n, UNKNOWN)}
             out.append((CELL + n, frozenset({cell})))
         return tuple(out)
@@ -382,7 +383,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         return self.frame.module.path if self.frame.module is not None else self.path
 
     def key(self, node) -> tuple:
-        return (self.frame.ctx, id(node))
+        return (self.frame.ctx, gid(node))
 
     # ----------------------------------------------------------------- names
     def lookup(self, name: str, st: State):
@@ -767,8 +768,8 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
         nested = self.nested_withs.get(s)
         if nested is None:
             body = s.body
-            for item in reversed(s.items):
-                level = type(s)(items=[item], body=body, type_comment=None)
+            for k, item in enumerate(reversed(s.items)):
+                level = derived(s, type(s)(items=[item], body=body, type_comment=None), f"with{k}")
                 body = [ast.copy_location(level, s)]
                 level.end_lineno, level.end_col_offset = s.end_lineno, s.end_col_offset
             nested = self.nested_withs[s] = body[0]
@@ -851,7 +852,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def stmt_ClassDef(self, s, st):
         decorators = [(d, self.definition(d, st)) for d in s.decorator_list]
         bases = [self.definition(b, st) for b in s.bases]
-        cls = Obj(("class", id(s)), "class")
+        cls = Obj(("class", gid(s)), "class")
         self.class_nodes[cls.id] = s
         self.class_globals[cls.id] = self.frame.globals
         st.set_attr(cls.id, "<bases>", frozenset({Tup(tuple(bases))}) if bases else EMPTY)
@@ -904,7 +905,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
     def stmt_For(self, s, st):
         # The iterable stays in the state while the loop runs, so that what an iteration marks on
         # an item (a backward freeing its graph) is what a later iteration reads of it.
-        holder = ("for", self.frame.ctx, id(s))
+        holder = ("for", self.frame.ctx, gid(s))
         st.heap[holder] = {"<iter>": self.eval(s.iter, st)}
         out = self.for_loop(s, st, lambda now: now.heap[holder]["<iter>"])
         if out is not None:
@@ -1101,7 +1102,7 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
 
     def loop_events(self, loop, events) -> None:
         names = {e if isinstance(e, str) else e[0] for e in events}
-        key = (self.frame.ctx, id(loop))
+        key = (self.frame.ctx, gid(loop))
         if "backward" in names:
             self.facts.backward_loops.add(key)
         else:
@@ -1143,9 +1144,9 @@ class Interpreter(Expressions, TorchSemantics, UserContexts):
             self.not_followed = node
             return UNKNOWN
         if self.frames and not root:
-            ctx = (self.frame.ctx + (id(call_node),))[-self.limits.call_string:]
+            ctx = (self.frame.ctx + (gid(call_node) if call_node is not None else None,))[-self.limits.call_string:]
         else:
-            ctx = (id(node),)
+            ctx = (gid(node),)
         local, glob, generator = self.names_of(node)
         arg_nodes = [(k.value, kwargs[k.arg]) for k in getattr(call_node, "keywords", ()) if k.arg in kwargs]
         frame = Frame(node, ctx, names=(local, glob), module=self.defined_in.get(node))

@@ -15,6 +15,7 @@ import ast
 from gradguard import knowledge as K
 from gradguard.engine.values import CARRIES, EMPTY, Const, Obj, Tensor, const, item_attr, surely_several
 from gradguard.facts import Raise
+from gradguard.ids import gid
 
 
 def sure_tensor(v: frozenset) -> Tensor | None:
@@ -286,7 +287,7 @@ class RaiseChecks:
             t = sure_tensor(item)
             if requires_grad(t) and surely_several(t):
                 regions = self.facts.regions
-                from_loss = any(id(regions[r].node) in self.facts.unreduced for r in t.regions if r in regions)
+                from_loss = any(gid(regions[r].node) in self.facts.unreduced for r in t.regions if r in regions)
                 self.note_raise("nonscalar_backward", node, target, t, from_loss=from_loss)
                 return
 

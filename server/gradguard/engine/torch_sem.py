@@ -37,6 +37,7 @@ from gradguard.engine.values import (
     literal_of, map_tensors, objs_of, str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
+from gradguard.ids import gid, number
 
 GRADS = "<grads>"  # on an optimizer (and the module): whether .grad may be set, so step() changes parameters
 # On the module globals: the storages of the leaves whose .grad is surely set, one Const per alternative
@@ -159,7 +160,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return "other"
 
     def site_key(self, node, sub=0) -> tuple:
-        return (self.frame.ctx, id(node), sub)
+        return (self.frame.ctx, gid(node) if node is not None else None, sub)
 
     def loop_count(self, it, st) -> tuple:
         """(how many times a `for` over `it` runs, or None; a function giving the element of a
@@ -199,7 +200,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         so that the list one call of a function made and the model kept (`self.state =
         new_state`) is not the one the next call makes; numbered too in a loop or comprehension
         run item by item (`for p in [w, v]: groups.append({"params": [p]})`: two dicts)."""
-        site = (kind, self.frame.ctx if ctx is None else ctx, id(node), kind)
+        site = (kind, self.frame.ctx if ctx is None else ctx, gid(node), kind)
         if site not in self.escaped and not self.unrolling:
             return site
         if self.widening:
@@ -306,7 +307,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         # overload runs is not known, nor its shape
         shape = self.op_shape(info, bound, st) if all(info.param_for_keyword(k) is not None for k in kwargs) else None
         if info.name.split(".")[-1] in K.LOSS_SHAPES and shape != ():
-            self.facts.unreduced.add(id(node))  # `F.mse_loss(x, y, reduction="none")`
+            self.facts.unreduced.add(gid(node))  # `F.mse_loss(x, y, reduction="none")`
         several = shape is None and self.keeps_several(info, bound)
         if not info.differentiable:
             return self.with_several(self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs),
@@ -557,7 +558,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         t = tensor_of(rhs)
         key = self.key(s)
         if self.frame.loops and isinstance(s.op, ast.Add) and t is not None and t.rg is True:
-            loops = tuple((self.frame.ctx, id(loop)) for loop in self.frame.loops)
+            loops = tuple((self.frame.ctx, gid(loop)) for loop in self.frame.loops)
             self.facts.accumulations[key] = Accumulation(s, self.site_key(s), loops)
         else:
             self.facts.accumulations.pop(key, None)
@@ -843,7 +844,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         for a in source:
             text = a.value.strip() if isinstance(a, Const) and isinstance(a.value, str) else None
             try:
-                expr = ast.parse(text, mode="eval").body if text else None
+                expr = number(ast.parse(text, mode="eval"), "<eval>").body if text else None
             except SyntaxError:
                 return UNKNOWN
             base = expr
@@ -1444,7 +1445,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted in K.MODULE_WRAPPERS and args and objs_of(args[0], "module"):
             return args[0]
         if last in ("GradScaler",):
-            obj = Obj(("scaler", self.frame.ctx, id(node)), "scaler")
+            obj = Obj(("scaler", self.frame.ctx, gid(node)), "scaler")
             return frozenset({obj})
         if last in K.OPTIMIZERS and ".optim" in dotted and "lr_scheduler" not in dotted:
             return self.make_optimizer(args, kwargs, st, node)
@@ -1772,7 +1773,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             owner = self.owner_of.get(fn)
             fr = self.frame
             if isinstance(owner, ast.ClassDef) and fr.self_value is not None:
-                return frozenset({Super(fr.self_value, ("class", id(owner)))})
+                return frozenset({Super(fr.self_value, ("class", gid(owner)))})
             return UNKNOWN
         attr = literal_of(args[1], str) if len(args) >= 2 else None  # `getattr(self, name)`, `name` known
         if name == "getattr" and attr is not None and len(args) == 3:  # `getattr(self, "cache", None)`
@@ -2723,7 +2724,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                   self.layer_shape(m, kind, args, st, extra=len(args) > 1 or bool(getattr(
                                       node, "keywords", None))))
             if op.name.split(".")[-1] in K.LOSS_SHAPES and shape_of(out) != ():  # `nn.MSELoss(reduction="none")`
-                self.facts.unreduced.add(id(node))
+                self.facts.unreduced.add(gid(node))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
         if kind in K.LAYER_SHAPES.get("keep_shape", ()) and args:
@@ -2770,13 +2771,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     # ----------------------------------------------------------------- optimizers and scalers
     def opaque_module(self, node, st):
         """A module whose class the engine cannot see: its calls save inputs and parameters."""
-        obj = Obj(("obj", self.frame.ctx, id(node)), "module")
+        obj = Obj(("obj", self.frame.ctx, gid(node)), "module")
         self.module_kind[obj.id] = "opaque"
         st.heap.setdefault(obj.id, self.no_hooks({}))
         return frozenset({obj})
 
     def make_optimizer(self, args, kwargs, st, node):
-        obj = Obj(("opt", self.frame.ctx, id(node)), "optimizer")
+        obj = Obj(("opt", self.frame.ctx, gid(node)), "optimizer")
         params = kwargs.get("params") or (args[0] if args else UNKNOWN)
         param_node = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "params"), None)
         self.optimizer_params_leaf(params, kwargs, st, node, param_node)

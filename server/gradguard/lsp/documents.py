@@ -24,9 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradguard import portable
 from gradguard.api import Checked
 from gradguard.config import Config, ConfigError, load_config
-from gradguard.lsp import hover
+from gradguard.facts import Facts
 from gradguard.lsp.workers import Workers, analyse
 from gradguard.workspace import Workspace
 
@@ -42,9 +43,14 @@ class Analysed:
     version: int | None
     text: str
     checked: Checked  # `error` set: the text was not analysed (a GG000 diagnostic says why)
-    notes: tuple[hover.Note, ...] = ()
+    sent: bytes | None = None  # the facts behind the findings (`portable`), for hovers
     problem: str | None = None  # why the configuration was ignored (the defaults were used)
     result_id: str = ""
+
+    @functools.cached_property
+    def facts(self) -> Facts | None:
+        """The facts, read once, when a hover first needs them."""
+        return portable.loads(self.sent) if self.sent is not None else None
 
 
 @dataclass
@@ -106,17 +112,17 @@ class Analyses:
             state.worker = asyncio.ensure_future(self._work(uri, state))
 
     async def check(self, text: str, path: str, config: Config, cells=(),
-                    notes: bool = True) -> tuple[Checked, tuple[hover.Note, ...]]:
+                    facts: bool = True) -> tuple[Checked, bytes | None]:
         """`text` analysed in a worker (`workers.analyse`), with the open documents' texts for its
         imports; whatever goes wrong is a failed `Checked`, never an exception."""
         try:
-            return await self.workers.run(analyse, text, path, config, cells, dict(self.workspace.overlay), notes,
+            return await self.workers.run(analyse, text, path, config, cells, dict(self.workspace.overlay), facts,
                                           limit=OVERTIME * config.timeout + 5)
         except TimeoutError:
             return Checked(path).failed(f"not analysed: time budget of {config.timeout:g}s spent (setting 'timeout'); "
-                                        f"the analysis did not stop and was killed"), ()
+                                        f"the analysis did not stop and was killed"), None
         except Exception as exc:  # a worker that died, a result that would not pickle, a bug
-            return self._internal_error(path, exc), ()
+            return self._internal_error(path, exc), None
 
     def _internal_error(self, path: str, exc: Exception) -> Checked:
         self.log_error(f"gradguard: internal error analysing {path}:\n{traceback.format_exc()}")
@@ -130,15 +136,15 @@ class Analyses:
                 state.request = None
                 try:
                     config, problem = self.config_for(path, await self.settings_of(uri))
-                    checked, notes = await self.check(text, path or uri, config, cells)
+                    checked, sent = await self.check(text, path or uri, config, cells)
                 except Exception as exc:  # a bug here must not stop the document's analyses
-                    checked, notes, problem = self._internal_error(path or uri, exc), (), None
+                    checked, sent, problem = self._internal_error(path or uri, exc), None, None
                 if self.docs.get(uri) is not state:
                     return  # closed meanwhile
                 if state.request is not None:
                     continue  # superseded: the newer text is analysed next, this result is dropped
                 self._counter += 1
-                state.last = Analysed(version, text, checked, notes, problem, f"{version}-{self._counter}")
+                state.last = Analysed(version, text, checked, sent, problem, f"{version}-{self._counter}")
                 try:
                     on_done(uri, version, checked, problem)
                 except Exception:  # a bug in publishing must not stop the document's analyses

@@ -229,7 +229,7 @@ class WorkspaceFiles:
         except (SyntaxError, UnicodeDecodeError, LookupError) as exc:  # bad coding cookie, bytes or codec
             checked = Checked(str(path)).failed(f"cannot decode: {' '.join(str(exc).split())}")
         else:
-            checked, _ = await self.server.analyses.check(text, str(path), setup.config, notes=False)
+            checked, _ = await self.server.analyses.check(text, str(path), setup.config, facts=False)
         if checked.error:
             self.server.log(f"gradguard: {checked.error}")
         lines = split_lines(text)

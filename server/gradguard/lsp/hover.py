@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
 
 from gradguard.engine.values import DIRTY, FREED
 from gradguard.facts import Facts, position
 from gradguard.findings import Finding, Span
+from gradguard.ids import gid
 from gradguard.notebook import Cells, line_label
 from gradguard.rules import rule_by_code
 
@@ -61,35 +61,19 @@ def finding_markdown(f: Finding, cells: Cells = ()) -> str:
     return "\n\n".join(parts)
 
 
-@dataclass(frozen=True)
-class Note:
-    """What hovering over a place says, worked out with the facts of an analysis (which stay
-    in the process that analysed: `workers`) and kept with its findings."""
-
-    span: Span
-    markdown: str
-    backward: bool  # a backward call (it wins over a name inside it)
-
-
-def notes(facts: Facts) -> tuple[Note, ...]:
-    """A note for each backward call and each name holding a tensor, in the order `note_at` reads them."""
-    out = [Note(facts.span(b.node), _backward_markdown(facts, b), True) for b in facts.backwards.values()]
-    out += [Note(facts.span(node), _value_markdown(facts, node), False) for node in ast.walk(facts.tree)
-            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) in facts.values]
-    return tuple(out)
-
-
-def note_at(found: tuple[Note, ...], line: int, column: int) -> str | None:
-    """Hover for an unflagged position: the backward call there, else the innermost name
-    holding a tensor (of `a.b.c`, the one that starts last)."""
-    best = None
-    for note in found:
-        if contains(note.span, line, column):
-            if note.backward:
-                return note.markdown
-            if best is None or note.span.column >= best.span.column:
-                best = note
-    return best.markdown if best is not None else None
+def note_at(facts: Facts, line: int, column: int) -> str | None:
+    """Hover for an unflagged position of the file analysed: the backward call there, else the
+    innermost name holding a tensor (of `a.b.c`, the one that starts last)."""
+    for b in facts.backwards.values():
+        if not facts.foreign(b.node) and contains(facts.span(b.node), line, column):
+            return _backward_markdown(facts, b)
+    best = None  # (span, node)
+    for node in facts.nodes(None, ast.Name, ast.Attribute):
+        if gid(node) in facts.values:
+            span = facts.span(node)
+            if contains(span, line, column) and (best is None or span.column >= best[0].column):
+                best = span, node
+    return _value_markdown(facts, best[1]) if best is not None else None
 
 
 def _regions_text(facts: Facts, regions, limit: int = 3) -> str:
@@ -117,7 +101,7 @@ def _backward_markdown(facts: Facts, b) -> str:
 
 
 def _value_markdown(facts: Facts, node) -> str:
-    t = facts.values[id(node)]
+    t = facts.values[gid(node)]
     name = facts.text(node)
     grad = {True: "requires grad", False: "does not require grad", None: "may require grad"}[t.rg]
     kind = "a leaf" if t.leaf is True else ("the result of an operation" if t.leaf is False else "a tensor")

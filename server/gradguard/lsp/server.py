@@ -4,7 +4,7 @@ It keeps no analysis logic of its own: documents go to `gradguard.api.check_sour
 worker processes (`workers`, through `documents.Analyses`, which debounces and drops stale
 results), findings become diagnostics (`convert`) and what kept a document from being
 analysed a GG000 diagnostic, fixes become code actions (`actions`), hovers read the findings
-and the notes the analysis left (`hover`), and a pasted traceback goes to
+and the facts the analysis sent (`hover`), and a pasted traceback goes to
 `gradguard.explain`.  Settings are per workspace folder (`settings`); the folders' files that
 are not open are checked for workspace diagnostics when `diagnosticMode` is "workspace", and
 by "check workspace" (`files`).
@@ -523,8 +523,8 @@ async def on_hover(ls: GradGuardServer, params: types.HoverParams):
             return None
     text = next((hover.finding_markdown(f, last.checked.cells) for f in last.checked.findings
                  if hover.contains(f.span, line, column)), None)
-    if text is None:
-        text = hover.note_at(last.notes, line, column)
+    if text is None and last.facts is not None:
+        text = hover.note_at(last.facts, line, column)
     if text is None:
         return None
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))

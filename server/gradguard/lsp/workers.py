@@ -12,8 +12,8 @@ not) has its worker killed and replaced.
 
 What crosses the process boundary is what pickles cheaply: the text, its settings and the
 editor's unsaved texts of the open files (imports read them) on the way in; the findings and
-the hover notes (`hover.notes`) on the way back.  The engine's facts stay behind: they key on
-`id()` of syntax-tree nodes, which a copy does not keep.
+the facts behind them (`portable`: their syntax nodes as stable ids) on the way back, for
+the server to answer hovers with.
 
 A worker is a plain `python -c` subprocess (`serve`) that reads pickled jobs from its stdin
 and writes the results to its stdout, both pipes of the server's own.  Not `multiprocessing`:
@@ -37,9 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
+from gradguard import portable
 from gradguard.api import Checked, check_source
 from gradguard.config import Config
-from gradguard.lsp import hover
 from gradguard.notebook import Cells
 from gradguard.workspace import Workspace
 
@@ -229,15 +229,15 @@ _workspace = Workspace()  # a worker's: the parsed modules its analyses read, an
 
 
 def analyse(text: str, path: str, config: Config, cells: Cells, overlay: dict[str, str],
-            notes: bool = True) -> tuple[Checked, tuple[hover.Note, ...]]:
+            facts: bool = True) -> tuple[Checked, bytes | None]:
     """`api.check_source` in a worker, following imports into the project's modules with the
-    editor's texts of the open ones (`overlay`); the facts become hover notes (if `notes`:
-    a file that is not open needs none)."""
+    editor's texts of the open ones (`overlay`), and its facts as `portable` bytes (if
+    `facts`: a file that is not open needs none for hovers)."""
     for gone in set(_workspace.overlay) - set(overlay):
         _workspace.set_text(gone, None)
     for open_path, open_text in overlay.items():
         _workspace.set_text(open_path, open_text)
     checked = check_source(text, path, config, cells=cells, workspace=_workspace)
-    found = hover.notes(checked.facts) if notes and checked.facts is not None else ()
+    sent = portable.dumps(checked.facts) if facts and checked.facts is not None else None
     checked.facts = None
-    return checked, found
+    return checked, sent

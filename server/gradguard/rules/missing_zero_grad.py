@@ -5,6 +5,7 @@ import ast
 
 from gradguard.facts import Facts
 from gradguard.findings import Related
+from gradguard.ids import gid
 from gradguard import fixes
 from gradguard.rules.base import Rule
 
@@ -71,9 +72,9 @@ for i in range(3):
     ]
 
     def check(self, facts: Facts):
-        inner_loops = {id(f.loop) for f in facts.loop_steps.values()}
+        inner_loops = {gid(f.loop) for f in facts.loop_steps.values()}
         for f in facts.loop_steps.values():
-            if any(id(n) in inner_loops for n in ast.walk(f.loop) if n is not f.loop):
+            if any(gid(n) in inner_loops for n in ast.walk(f.loop) if n is not f.loop):
                 continue  # report the innermost loop only
             opt = facts.text(f.step.func.value) if isinstance(f.step, ast.Call) and \
                 isinstance(f.step.func, ast.Attribute) else "optimizer"
