@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # bench this checkout
 
-from gradguard.api import check_source, decode, iter_python_files  # noqa: E402
+from gradguard.api import check_source, iter_python_files  # noqa: E402
+from gradguard.encoding import decode  # noqa: E402
 from gradguard.config import Config  # noqa: E402
 
 

@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "server"))
 
 from gradguard.analysis import run as analyse  # noqa: E402
-from gradguard.api import decode, iter_python_files  # noqa: E402
+from gradguard.api import iter_python_files  # noqa: E402
+from gradguard.encoding import decode  # noqa: E402
 from gradguard.engine.binder import BACKWARD  # noqa: E402
 
 import server_memory  # noqa: E402  (bench/)

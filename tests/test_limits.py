@@ -106,7 +106,7 @@ def test_the_clock_counts_work_not_time():
     for _ in range(3):
         interpreter = Interpreter(source, analysis.parse(source))
         interpreter.run()
-        work.add(interpreter.clock.work)
+        work.add(interpreter.cx.clock.work)
     assert len(work) == 1 and work.pop() > 0
 
 
@@ -118,7 +118,7 @@ def test_a_work_budget_stops_where_the_count_says():
     source = max(SOURCES.values(), key=len)
     interpreter = Interpreter(source, analysis.parse(source))
     interpreter.run()
-    needed = interpreter.clock.work
+    needed = interpreter.cx.clock.work
     for _ in range(2):
         with pytest.raises(AnalysisTimeout, match="work budget"):
             analysis.analyze(source, limits=Limits(work=needed // 2))

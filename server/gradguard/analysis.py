@@ -17,7 +17,8 @@ from collections import Counter
 from contextlib import contextmanager
 
 from gradguard.engine import binder
-from gradguard.engine.interp import ImportsTooSlow, Interpreter
+from gradguard.engine.imports import ImportsTooSlow
+from gradguard.engine.interp import Interpreter
 from gradguard.engine.limits import AnalysisTimeout, Limits, TooComplex
 from gradguard.facts import Facts
 from gradguard.findings import Finding

@@ -14,12 +14,10 @@ Notebooks (`.ipynb`) are analysed as one module, their code cells joined in orde
 from __future__ import annotations
 
 import functools
-import io
 import os
 import re
 import stat
 import time
-import tokenize
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from pathlib import Path
 
 from gradguard.analysis import AnalysisTimeout, TooComplex, run
 from gradguard.config import Config
+from gradguard.encoding import decode
 from gradguard.facts import Facts
 from gradguard.findings import FileResult, Finding, Span
 from gradguard.ignore import Ignores, patterns
@@ -223,21 +222,6 @@ def workspace_for(config: Config, workspace: Workspace | None = None) -> Workspa
     if not config.follow_imports:
         return None
     return workspace if workspace is not None else _workspace(config.source.parent if config.source else None)
-
-
-def decode(data: bytes) -> str:
-    """Source bytes as text, the way Python reads them: PEP 263 coding cookie, BOM, else UTF-8."""
-    return data.decode(_encoding(data))
-
-
-def encode(text: str, like: bytes) -> bytes:
-    """`text` in the encoding the source bytes `like` are in (a file written back after an edit)."""
-    return text.encode(_encoding(like))
-
-
-def _encoding(data: bytes) -> str:
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return encoding
 
 
 def iter_python_files(paths: Iterable[str | os.PathLike],

@@ -344,7 +344,7 @@ def _seconds(text: str | None, default: float) -> float:
 def _add_noqa(args, configs) -> int:
     """`--add-noqa`: a `# noqa: CODE` where it silences each finding, every file written back
     with its own encoding and line endings; notebooks are left as they are (stderr says so)."""
-    from gradguard.api import decode, encode
+    from gradguard.encoding import decode, encode
     from gradguard.rules.unused_noqa import UnusedNoqa
     from gradguard.suppress import add_noqa
 
@@ -390,7 +390,8 @@ def _fix_file(path, config, args) -> list[str]:
     A file is written back in its own encoding, and only when it was fully read."""
     import difflib
 
-    from gradguard.api import NotReadable, decode, encode, read_source
+    from gradguard.api import NotReadable, read_source
+    from gradguard.encoding import decode, encode
     from gradguard.spans import split_lines
     from gradguard.verify import fix_all
 

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradguard.api import Checked, check_file, decode, display_path
+from gradguard.api import Checked, check_file, display_path
 from gradguard.config import Config, load_config
+from gradguard.encoding import decode
 from gradguard.findings import Finding
 from gradguard.rules import ALL_RULES, Rule
 from gradguard.spans import split_lines

@@ -106,7 +106,8 @@ def preferred_fixes(result: Checked, config: Config, data: bytes | None = None) 
         return none
     from gradguard import edits, verify  # libcst loads only for the formats that carry fixes
     from gradguard.analysis import AnalysisTimeout, analyze
-    from gradguard.api import NotReadable, decode, read_source, workspace_for
+    from gradguard.api import NotReadable, read_source, workspace_for
+    from gradguard.encoding import decode
 
     try:
         source = decode(read_source(result.path) if data is None else data)

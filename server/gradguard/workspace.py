@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
 
+from gradguard.encoding import decode
 from gradguard.ids import number
 from gradguard.spans import LINE_BREAK, Positions
 
@@ -179,7 +180,6 @@ class Workspace:
         module = None
         try:
             if text is None:
-                from gradguard.api import decode  # the CLI's way of reading a file: cookie, BOM, UTF-8
                 text = decode(path.read_bytes())
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -22,7 +22,7 @@ DEPTH = 6
 class DeepCopies:
     def deep_copy(self, v, st, node):
         """`copy.deepcopy(v)`."""
-        self.sure_events += 1
+        self.cx.sure_events += 1
         return self._copy_value(v, st, ("copy",) + self.region_id(node, "copy"), {}, 0)
 
     def _copy_value(self, v, st, key, memo, depth):
@@ -48,7 +48,7 @@ class DeepCopies:
         if a.id in memo:
             return memo[a.id]
         new = memo[a.id] = Obj(key + (a.id,), a.kind)  # a cycle back to `a` finds the copy here
-        for table in (self.obj_class, self.module_kind, self.frozen_by):
+        for table in (self.cx.obj_class, self.cx.module_kind, self.cx.frozen_by):
             if a.id in table:
                 table[new.id] = table[a.id]
         st.heap[new.id] = {name: self._copy_value(v, st, key, memo, depth + 1)

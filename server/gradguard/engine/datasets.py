@@ -71,7 +71,7 @@ class Datasets:
         `__getitem__` returns, collated as torch's default collate does (tensors stacked, numbers
         made tensors, tuples and dicts item by item); the loop runs when `__len__` is known and
         not 0 (and `drop_last` is off)."""
-        cls = self.obj_class.get(ds.id)
+        cls = self.cx.obj_class.get(ds.id)
         getitem = self.class_lookup(cls, "__getitem__", st) if cls is not None else None
         if getitem is None:
             return UNKNOWN

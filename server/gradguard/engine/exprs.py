@@ -16,7 +16,7 @@ from gradguard.engine.arrays import array_binop, array_index
 from gradguard.engine.shapes import FLOATING, INDEXING, SIZES
 from gradguard.engine.limits import TooComplex, few_unrolled
 from gradguard.engine.state import YIELDED, State, join_states, surely_bound
-from gradguard.engine.contexts import managed_call
+from gradguard.engine.managers import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, PATCHED, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
@@ -68,7 +68,7 @@ class Expressions:
 
     # ----------------------------------------------------------------- dispatch
     def eval(self, node, st: State):
-        self.clock.tick()  # an expression can be as long as a file: the deadline is checked in it
+        self.cx.clock.tick()  # an expression can be as long as a file: the deadline is checked in it
         handler = getattr(self, "expr_" + type(node).__name__, None)
         try:
             if handler is None:
@@ -99,13 +99,13 @@ class Expressions:
         None in some evaluation (a fix must not call `.detach()` on it)."""
         t = tensor_of(v)
         if t is not None:
-            old = self.facts.values.get(gid(node))
+            old = self.cx.facts.values.get(gid(node))
             if old is None or t.regions or not old.regions:
-                self.facts.values[gid(node)] = t
+                self.cx.facts.values[gid(node)] = t
         elif any(isinstance(a, Tup) for a in v):
-            self.facts.tuples.add(gid(node))
+            self.cx.facts.tuples.add(gid(node))
         if any(isinstance(a, Const) and a.value is None for a in v):  # in this evaluation or another
-            self.facts.maybe_none.add(gid(node))
+            self.cx.facts.maybe_none.add(gid(node))
         return v
 
     def expr_NamedExpr(self, node, st):
@@ -228,7 +228,7 @@ class Expressions:
         is the default alone); `and` the other way round.  An operand whose truth is not known
         may be the result, and the next one runs too."""
         value, truth = self.bool_chain(node.values, isinstance(node.op, ast.Or), st)
-        self.chain_truth = (node, truth)  # for `test_truth`: `flag and isinstance(x, np.ndarray)` is false
+        self.cx.chain_truth = (node, truth)  # for `test_truth`: `flag and isinstance(x, np.ndarray)` is false
         return value or UNKNOWN
 
     def bool_chain(self, operands, stop: bool, st) -> tuple:
@@ -454,11 +454,11 @@ class Expressions:
         items = self.exact_items(it, st)
         count, counter = self.loop_count(it, st) if items is None else (len(items), None)
         if count is None or (items is None and counter is None) or not few_unrolled(count, len(elt_nodes),
-                                                                                     self.unrolled_work):
+                                                                                     self.cx.unrolled_work):
             return None
         inner = st.copy()
         vals = []
-        self.unrolling += 1
+        self.cx.unrolling += 1
         try:
             elems = [items[i] if items is not None else counter(i, self.iter_elements(it, inner)) for i in range(count)]
             if gen.ifs:  # `{k: v for k, v in cfg.items() if k != "type"}`: each filter decided first, for each
@@ -470,7 +470,7 @@ class Expressions:
                 self.assign(gen.target, elem, inner, node, local=True)
                 vals.append(tuple(self.eval(e, inner) for e in elt_nodes))
         finally:
-            self.unrolling -= 1
+            self.cx.unrolling -= 1
         self.leave_comprehension(node, st, inner)
         return tuple(vals)
 
@@ -605,7 +605,7 @@ class Expressions:
         if tensor_of(current) is not None:  # `t += x` on a tensor is in place (`t.add_(x)`)
             if isinstance(s.target, ast.Subscript) and (base := self.peek(s.target.value, st)) \
                     and len(objs_of(base, "list")) == len(base):  # `laterals[i] += y`: a fix may assign the item
-                self.facts.list_items.add(gid(s))
+                self.cx.facts.list_items.add(gid(s))
             self.augassign_tensor(s, current, rhs, st)
             return
         lists = objs_of(current, "list")
@@ -736,12 +736,12 @@ class Expressions:
         return out if out else UNKNOWN
 
     def object_attribute(self, obj: Obj, name, st, node):
-        if obj.kind == "class" and name == "__name__" and obj.id in self.class_nodes:  # a registry's key
-            return const(self.class_nodes[obj.id].name)
+        if obj.kind == "class" and name == "__name__" and obj.id in self.cx.class_nodes:  # a registry's key
+            return const(self.cx.class_nodes[obj.id].name)
         v = st.get_attr(obj.id, name)
         if v is not None and obj.kind != "class":
             return v
-        cls = self.obj_class.get(obj.id) if obj.kind != "class" else obj.id
+        cls = self.cx.obj_class.get(obj.id) if obj.kind != "class" else obj.id
         if cls is not None:
             found = self.class_lookup(cls, name, st)
             if found is not None:
@@ -754,7 +754,7 @@ class Expressions:
         if obj.kind == "module":
             return self.module_attribute(obj, name, st, node)
         if obj.kind == "namespace":  # a workspace module: what it does not define stays opaque
-            if v is not None and self.lazy:
+            if v is not None and self.cx.lazy:
                 return self.imported(name, v, st, obj.id)
             return v if v is not None else frozenset(
                 Ref(f"{a.value}.{name}") for a in st.get_attr(obj.id, "__name__") or () if isinstance(a, Const))
@@ -792,8 +792,8 @@ class Expressions:
                     st.set_attr(obj.id, a.node.name, value)
                     out = join(out, value)
                 elif a.kind == "classmethod":  # bound to the class, read off the class or an instance
-                    cls = obj if obj.kind == "class" else Obj(self.obj_class[obj.id], "class") \
-                        if obj.id in self.obj_class else None
+                    cls = obj if obj.kind == "class" else Obj(self.cx.obj_class[obj.id], "class") \
+                        if obj.id in self.cx.obj_class else None
                     out = join(out, frozenset({replace(a, owner=None, bound=frozenset({cls}))}) if cls else UNKNOWN)
                 elif a.kind == "staticmethod" or obj.kind == "class":
                     out = join(out, frozenset({a}))
@@ -848,8 +848,8 @@ class Expressions:
                 else:
                     out = join(out, st.get_attr(a.id, "<elems>") or self.iter_elements(frozenset({a}), st))
             elif isinstance(a, Obj) and a.kind == "instance":
-                getitem = self.class_lookup(self.obj_class.get(a.id), "__getitem__", st) \
-                    if self.obj_class.get(a.id) else None
+                getitem = self.class_lookup(self.cx.obj_class.get(a.id), "__getitem__", st) \
+                    if self.cx.obj_class.get(a.id) else None
                 if getitem:
                     out = join(out, self.call_value(self.bind_class_member(getitem, a, st, node), [index], {},
                                                     st, node))
@@ -882,12 +882,12 @@ class Expressions:
                 unknown_keywords |= items is None
                 kwargs.update(items or {})
         # `f(*xs)` with `xs` not known item by item: the arguments stand for any number of values
-        self.unknown_spread = node if spread else None
+        self.cx.unknown_spread = node if spread else None
         # `f(**cfg)` with keys not known: any parameter may have been given one
-        self.unknown_keywords = node if unknown_keywords else None
+        self.cx.unknown_keywords = node if unknown_keywords else None
         if func == UNKNOWN and isinstance(node.func, ast.Attribute):
             self.detached_unknown(node.func.attr, st)
-        if self.frames[-1].raised_at is not None:  # a call its receiver or arguments made surely raised:
+        if self.cx.frames[-1].raised_at is not None:  # a call its receiver or arguments made surely raised:
             return UNKNOWN  # this one is never made (`Trainer(cfg).fit(x)` when `__init__` raises)
         return self.call_value(func, args, kwargs, st, node)
 
@@ -908,7 +908,7 @@ class Expressions:
     def call_atom(self, a, args, kwargs, st, node):
         """A call of one alternative `a` of the called value."""
         if isinstance(a, Func):
-            if a.node in self.managed_funcs:  # run when a `with` enters it
+            if a.node in self.cx.managed_funcs:  # run when a `with` enters it
                 return managed_call(a, args, kwargs)
             call_args = ([a.bound] if a.bound is not None else []) + list(args)
             return self.call_function(a, call_args, dict(kwargs), st, node)
@@ -943,7 +943,7 @@ class Expressions:
     def named_tuple(self, cls: NamedTupleType, args, kwargs, node):
         """`State(v, i=x)`: a tuple whose items are named; a field left to its default, or
         bound by a `*`/`**` spread, is not known."""
-        if self.unknown_spread is node or self.unknown_keywords is node:
+        if self.cx.unknown_spread is node or self.cx.unknown_keywords is node:
             return frozenset({Tup(tuple(UNKNOWN for _ in cls.fields), cls.fields)})
         first_default = len(cls.fields) - len(cls.defaults)
         items = tuple(args[i] if i < len(args) else kwargs.get(name, cls.defaults[i - first_default]
@@ -959,14 +959,14 @@ class Expressions:
             out = fn(next(iter(value)), st) if value else UNKNOWN
             return out if out else UNKNOWN
         out, joined = EMPTY, None
-        outer, self.one_of_several = self.one_of_several, True  # no alternative alone is what runs
+        outer, self.cx.one_of_several = self.cx.one_of_several, True  # no alternative alone is what runs
         try:
             for a in value:
                 alt = st.copy()
                 out = join(out, fn(a, alt))
                 joined = join_states(joined, alt)
         finally:
-            self.one_of_several = outer
+            self.cx.one_of_several = outer
         st.env, st.heap, st.grad = joined.env, joined.heap, joined.grad
         return out if out else UNKNOWN
 
@@ -982,7 +982,7 @@ class Expressions:
         own = st.get_attr(obj.id, "forward") if obj.kind == "module" else None
         if own and all(isinstance(a, (Func, Partial)) for a in own):  # `layer.forward = wrapper`: what runs now
             return self.call_value(own, args, kwargs, st, node)
-        cls = self.obj_class.get(obj.id)
+        cls = self.cx.obj_class.get(obj.id)
         if cls is not None:
             target = None
             if obj.kind == "module":
@@ -1000,15 +1000,15 @@ class Expressions:
             # `class Config(dict): __getattr__ = dict.__getitem__`: a dict of its class
             made = self.call_builtin("dict", args, kwargs, st, node)
             for d in objs_of(made, "dict"):
-                self.obj_class[d.id] = cls.id
+                self.cx.obj_class[d.id] = cls.id
             return made
         is_module = self.is_module_class(cls.id, st)
         ident = ("obj", ctx, id(node)) if ctx is not None else ("obj",) + self.region_id(node, "obj")
         obj = Obj(ident, "module" if is_module else "instance")
-        self.sure_events += 1
-        self.obj_class[obj.id] = cls.id
+        self.cx.sure_events += 1
+        self.cx.obj_class[obj.id] = cls.id
         if is_module:
-            self.module_kind[obj.id] = self.library_base(cls.id, st) or "local"
+            self.cx.module_kind[obj.id] = self.library_base(cls.id, st) or "local"
         st.heap.setdefault(obj.id, self.new_module() if is_module else {})
         generated = self.generated_init(cls.id, st)
         init = self.class_lookup(cls.id, "__init__", st) if generated is None else None
@@ -1024,14 +1024,14 @@ class Expressions:
     def generated_init(self, cls_id, st, seen=None):
         """The dataclass whose generated `__init__` a class runs: itself, or the first base
         that is one, unless a class on the way writes its own `__init__`; None otherwise."""
-        node = self.class_nodes.get(cls_id)
+        node = self.cx.class_nodes.get(cls_id)
         seen = (seen or set()) | {cls_id}
         if node is None or any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in node.body):
             return None
-        if cls_id in self.dataclass_fields:
+        if cls_id in self.cx.dataclass_fields:
             return cls_id
         for base in objs_of(self.bases_of(cls_id, st), "class"):
-            if base.id not in seen and base.id in self.class_nodes:
+            if base.id not in seen and base.id in self.cx.class_nodes:
                 return self.generated_init(base.id, st, seen)  # the first base a method is looked up in
         return None
 
@@ -1043,12 +1043,12 @@ class Expressions:
         for base in reversed(objs_of(self.bases_of(cls_id, st), "class")):
             if base.id not in seen:
                 inherited |= {f[0]: f for f in self.fields_of(base.id, st, seen)}
-        return tuple((inherited | {f[0]: f for f in self.dataclass_fields.get(cls_id, ())}).values())
+        return tuple((inherited | {f[0]: f for f in self.cx.dataclass_fields.get(cls_id, ())}).values())
 
     def init_dataclass(self, obj, fields, args, kwargs, st, node):
         """The generated `__init__`: each field from its argument, else its default (a factory
         called now); any field from a `**cfg` or `*args` not known item by item."""
-        spread, keywords = self.unknown_spread is node, self.unknown_keywords is node
+        spread, keywords = self.cx.unknown_spread is node, self.cx.unknown_keywords is node
         for i, (name, how, default) in enumerate(fields):
             if spread:  # `Config(*values)`: which argument binds which field is not known
                 v = UNKNOWN
@@ -1084,12 +1084,12 @@ class Expressions:
 
     def class_of_node(self, classdef):
         cid = ("class", gid(classdef))
-        return Obj(cid, "class") if cid in self.class_nodes else None
+        return Obj(cid, "class") if cid in self.cx.class_nodes else None
 
     def iterate_instance(self, obj, st):
         """Elements of `for x in obj`: what `__iter__` yields, or `__next__` returns when
         `__iter__` returns an iterator object (often `self`)."""
-        cls = self.obj_class.get(obj.id)
+        cls = self.cx.obj_class.get(obj.id)
         it = self.class_lookup(cls, "__iter__", st) if cls is not None else None
         if it is None:
             return UNKNOWN
@@ -1097,7 +1097,7 @@ class Expressions:
         out = EMPTY
         for a in gen:
             if isinstance(a, Obj) and a.kind == "instance":
-                nxt = self.class_lookup(self.obj_class.get(a.id), "__next__", st) if self.obj_class.get(a.id) else None
+                nxt = self.class_lookup(self.cx.obj_class.get(a.id), "__next__", st) if self.cx.obj_class.get(a.id) else None
                 out = join(out, self.call_value(self.bind_class_member(nxt, a, st, None), [], {}, st,
                                                 self._iter_node(a)) if nxt is not None else UNKNOWN)
             else:
@@ -1105,7 +1105,7 @@ class Expressions:
         return out if out else UNKNOWN
 
     def _iter_node(self, obj):
-        return self.class_nodes.get(self.obj_class.get(obj.id))
+        return self.cx.class_nodes.get(self.cx.obj_class.get(obj.id))
 
     # ----------------------------------------------------------------- constant folding
     def truth_of(self, v, st=None):
@@ -1141,8 +1141,8 @@ class Expressions:
         t = self.static_truth(test, st)
         if t is None and len(v) == 1 and isinstance(next(iter(v)), Const):
             t = bool(next(iter(v)).value)
-        if t is None and self.chain_truth[0] is test:
-            t = self.chain_truth[1]
+        if t is None and self.cx.chain_truth[0] is test:
+            t = self.cx.chain_truth[1]
         return t
 
     def static_truth(self, test, st):
@@ -1220,7 +1220,7 @@ class Expressions:
                 if isinstance(a, Obj) and a.kind in ("instance", "module", "class"):
                     v = st.get_attr(a.id, node.attr)
                     if v is None:
-                        cls = self.obj_class.get(a.id) if a.kind != "class" else a.id
+                        cls = self.cx.obj_class.get(a.id) if a.kind != "class" else a.id
                         found = self.class_lookup(cls, node.attr, st) if cls is not None else None
                         if found is None or any(isinstance(f, Func) for f in found):
                             return UNKNOWN
@@ -1262,7 +1262,7 @@ class Expressions:
         for a in v:
             if not isinstance(a, Obj) or a.kind not in ("instance", "module"):
                 return None
-            cls = self.obj_class.get(a.id)
+            cls = self.cx.obj_class.get(a.id)
             truths.add(cls is not None and any(self.subclass(cls, t, st) for t in targets))
         return truths.pop() if len(truths) == 1 else None
 
@@ -1282,9 +1282,9 @@ class Expressions:
         for a in v:
             if isinstance(a, (Tensor, Tup, Const, Num, Array)) or isinstance(a, Obj) and a.kind in ("list", "dict"):
                 truths.add(False)
-            elif isinstance(a, Obj) and a.id in self.obj_class:
-                truths.add(self.derives_from_layer(self.obj_class[a.id], layer, st))
-            elif isinstance(a, Obj) and a.kind == "module" and (info := K.module_info(self.module_kind.get(a.id))):
+            elif isinstance(a, Obj) and a.id in self.cx.obj_class:
+                truths.add(self.derives_from_layer(self.cx.obj_class[a.id], layer, st))
+            elif isinstance(a, Obj) and a.kind == "module" and (info := K.module_info(self.cx.module_kind.get(a.id))):
                 truths.add(info.derives_from(layer))
             else:
                 return None

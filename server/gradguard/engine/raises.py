@@ -56,13 +56,13 @@ class RaiseChecks:
         A raise seen on one real path stays (an earlier iteration raised already); a function
         analysed without a caller says nothing (its arguments are not known), nor a method
         call on one alternative of a receiver that may be something else."""
-        if t is None or self.caller_unknown or self.one_of_several:
+        if t is None or self.cx.caller_unknown or self.cx.one_of_several:
             return
         if origin is None:
-            regs = self.facts.regions
+            regs = self.cx.facts.regions
             made = sorted((regs[r] for r in t.sure_regions(CARRIES) if r in regs), key=lambda r: r.order)
             origin = (made[-1].node,) if made else ()
-        self.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
+        self.cx.facts.raises.setdefault(self.key(node), Raise(kind, node, target, origin, self.current_function(),
                                                              self.entry_call(), in_place, from_loss, member))
         self.frame.raised_at = self.frame.statement  # nothing after it runs on this path
 
@@ -140,7 +140,7 @@ class RaiseChecks:
     def member_node(self, t: Tensor, holder) -> tuple:
         """(expression, tensor, whether the expression only holds it) for a tensor found in a
         sequence: where the program wrote it, else the sequence's expression."""
-        written = self.member_nodes.get(t)
+        written = self.cx.member_nodes.get(t)
         return (written, t, False) if written is not None else (holder, t, True)
 
     # ----------------------------------------------------------------- requires_grad
@@ -154,7 +154,7 @@ class RaiseChecks:
     # ----------------------------------------------------------------- inference tensors
     def inference_site(self):
         """The `inference_mode` block or function running now, None outside inference mode."""
-        return self.inference_sites[-1] if self.inference_sites else None
+        return self.cx.inference_sites[-1] if self.cx.inference_sites else None
 
     def saved_inference(self, node, info, bound, arg_nodes) -> None:
         """An op recorded for backward saves an inference tensor (`x * w` saves `x` for `w`'s
@@ -206,7 +206,7 @@ class RaiseChecks:
                     # none of the tensors it may be (the join of a loop's batches); or a view made
                     # in the call itself (`grad(e, x[a:b])`), which no graph built before can use.
                     # `origin`: the cuts of a graph that reached it (a `.detach()` that may be why)
-                    cuts = tuple(c for c, reach in self.facts.cut_reach.items() if reach & x.objs)
+                    cuts = tuple(c for c, reach in self.cx.facts.cut_reach.items() if reach & x.objs)
                     self.note_raise("grad_unused", node, item_node, x, origin=cuts,
                                     member=item_node is inputs_node and sure_tensor(inputs) is None)
                     return
@@ -247,7 +247,7 @@ class RaiseChecks:
             t = sure_tensor(item)
             if unoptimizable(t):
                 if nodes:
-                    self.member_nodes.setdefault(t, nodes[i])
+                    self.cx.member_nodes.setdefault(t, nodes[i])
                 return item
         (a,) = tuple(v)
         known = st.get_attr(a.id, self.NONLEAF) if isinstance(a, Obj) and a.kind == "list" else None
@@ -286,8 +286,8 @@ class RaiseChecks:
         for item in items:
             t = sure_tensor(item)
             if requires_grad(t) and surely_several(t):
-                regions = self.facts.regions
-                from_loss = any(gid(regions[r].node) in self.facts.unreduced for r in t.regions if r in regions)
+                regions = self.cx.facts.regions
+                from_loss = any(gid(regions[r].node) in self.cx.facts.unreduced for r in t.regions if r in regions)
                 self.note_raise("nonscalar_backward", node, target, t, from_loss=from_loss)
                 return
 

@@ -188,10 +188,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """A new id for this evaluation of `node`: numbered while every enclosing loop runs one
         of its concrete iterations, a summary of all later evaluations once a loop widens."""
         key = self.site_key(node, sub)
-        if self.widening:
+        if self.cx.widening:
             return key + (SUMMARY,)
-        n = self.instances.get(key, 0) + 1
-        self.instances[key] = n
+        n = self.cx.instances.get(key, 0) + 1
+        self.cx.instances[key] = n
         return key + (n,)
 
     def container_id(self, kind: str, node, ctx=None) -> tuple:
@@ -201,12 +201,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         new_state`) is not the one the next call makes; numbered too in a loop or comprehension
         run item by item (`for p in [w, v]: groups.append({"params": [p]})`: two dicts)."""
         site = (kind, self.frame.ctx if ctx is None else ctx, gid(node), kind)
-        if site not in self.escaped and not self.unrolling:
+        if site not in self.cx.escaped and not self.cx.unrolling:
             return site
-        if self.widening:
+        if self.cx.widening:
             return site + (SUMMARY,)
-        n = self.instances.get(site, 0) + 1
-        self.instances[site] = n
+        n = self.cx.instances.get(site, 0) + 1
+        self.cx.instances[site] = n
         return site + (n,)
 
     def fresh_tensor(self, node, st, rg=False, sub=0, inputs=()):
@@ -232,19 +232,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if t.deps is not None:
                     reached |= t.deps | t.objs
         if live:
-            site = self.no_grad_sites[-1] if self.no_grad_sites else self.grad_off_call
+            site = self.cx.no_grad_sites[-1] if self.cx.no_grad_sites else self.cx.grad_off_call
             here = site if st.grad is False and site is not None else node
             cut |= {here}
-            self.facts.cut_reach.setdefault(here, set()).update(reached)
+            self.cx.facts.cut_reach.setdefault(here, set()).update(reached)
         return cut
 
     def region(self, rid, node, saved_names, saved_objs, saves, args, modules=(), certain=False,
                sure_saves=False, saved_sure=(), leaves=(), reaches=None) -> Region:
-        reg = self.facts.regions.get(rid)
+        reg = self.cx.facts.regions.get(rid)
         if reg is None:
             reg = Region(rid, node, loops=self.loops_here(), function=self.current_function(),
-                         order=len(self.facts.regions))
-            self.facts.regions[rid] = reg
+                         order=len(self.cx.facts.regions))
+            self.cx.facts.regions[rid] = reg
         reg.saves |= saves
         reg.certain |= certain
         reg.saved_objs |= set(saved_objs)
@@ -258,7 +258,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 reg.saved_sure.add(o)
                 reg.saved_as.setdefault(o, set()).add(name)
         for o in saved_objs:
-            self.saved_index.setdefault(o, set()).add(rid)
+            self.cx.saved_index.setdefault(o, set()).add(rid)
         if args:
             reg.args = args
         return reg
@@ -307,7 +307,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         # overload runs is not known, nor its shape
         shape = self.op_shape(info, bound, st) if all(info.param_for_keyword(k) is not None for k in kwargs) else None
         if info.name.split(".")[-1] in K.LOSS_SHAPES and shape != ():
-            self.facts.unreduced.add(gid(node))  # `F.mse_loss(x, y, reduction="none")`
+            self.cx.facts.unreduced.add(gid(node))  # `F.mse_loss(x, y, reduction="none")`
         several = shape is None and self.keeps_several(info, bound)
         if not info.differentiable:
             return self.with_several(self.with_shape(self.fresh_tensor(node, st, rg=False, sub=sub, inputs=inputs),
@@ -355,7 +355,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 sure |= t.sure
         if rg is True and not is_summary(rid):
             sure.add((CARRIES, rid))
-            self.sure_events += 1
+            self.cx.sure_events += 1
         if rg is True:
             self.saved_inference(node, info, bound, arg_nodes)
         saved_names, saved_objs, saves, sure_saves, saved_sure = set(), set(), False, False, []
@@ -468,14 +468,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.inplace_inference(node, target_node, target_val)
         leaf = t.leaf is True and t.rg is True
         key = self.key(node)
-        if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.caller_unknown:
-            self.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
+        if definite and (leaf or t.view_of_leaf) and st.grad is True and not self.cx.caller_unknown:
+            self.cx.facts.inplaces[key] = Inplace(node, target_node, True, t.view_of_leaf and not leaf,
                                                t.objs, self.loops_here(), self.current_function(), self.entry_call())
-            if not self.one_of_several:  # torch raises here: nothing after it runs on this path
+            if not self.cx.one_of_several:  # torch raises here: nothing after it runs on this path
                 self.frame.raised_at = self.frame.statement
             return target_val  # (the tensor stays the leaf it was: no graph, no `.grad` warning)
-        elif key in self.facts.inplaces and not self.facts.inplaces[key].leaf_requires_grad:
-            del self.facts.inplaces[key]  # a leaf error seen on one real path stays
+        elif key in self.cx.facts.inplaces and not self.cx.facts.inplaces[key].leaf_requires_grad:
+            del self.cx.facts.inplaces[key]  # a leaf error seen on one real path stays
         sure = t.objs if definite and len(t.objs) == 1 else frozenset()
         hit, sure_hit = self.version_bump(node, t.objs, st, sure)
         if hit:  # the values in hand were read before the bump
@@ -499,7 +499,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             # op that succeeds has the broadcast shape of its operands) or it had
             new = frozenset({replace(nt, view_of_leaf=t.view_of_leaf, leaf=False, shape=t.shape,
                                      several=nt.several or t.several)})
-            self.graph_inplaces += 1
+            self.cx.graph_inplaces += 1
             if t.rg is not True and nt.rg is not False and len(t.objs) == 1:
                 mark_grad_gained(st, next(iter(t.objs)), tensor_of(new), definite)
         if target_node is not None:
@@ -510,15 +510,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """Every region that saved one of `objs` may now hold a stale version; those that saved
         one of the `sure` storages (modified for sure, each one a single runtime storage)
         surely do.  Returns (may, sure) regions."""
-        hit = frozenset(r for o in objs for r in self.saved_index.get(o, ()))
+        hit = frozenset(r for o in objs for r in self.cx.saved_index.get(o, ()))
         if not hit:
             return hit, hit
-        regs = self.facts.regions
+        regs = self.cx.facts.regions
         sure = {o for o in sure if not is_summary(o)}
         sure_hit = frozenset(r for r in hit if regs[r].certain and regs[r].saved_sure & sure)
-        self.sure_events += bool(sure_hit)
+        self.cx.sure_events += bool(sure_hit)
         for rid in sure_hit:
-            self.facts.dirtied_by.setdefault(rid, set()).add(node)
+            self.cx.facts.dirtied_by.setdefault(rid, set()).add(node)
             regs[rid].modified |= {n for o in regs[rid].saved_sure & sure for n in regs[rid].saved_as[o]}
             regs[rid].stale |= regs[rid].saved_sure & sure
         mark_dirty(st, hit, sure=sure_hit)
@@ -559,9 +559,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         key = self.key(s)
         if self.frame.loops and isinstance(s.op, ast.Add) and t is not None and t.rg is True:
             loops = tuple((self.frame.ctx, gid(loop)) for loop in self.frame.loops)
-            self.facts.accumulations[key] = Accumulation(s, self.site_key(s), loops)
+            self.cx.facts.accumulations[key] = Accumulation(s, self.site_key(s), loops)
         else:
-            self.facts.accumulations.pop(key, None)
+            self.cx.facts.accumulations.pop(key, None)
 
     # ----------------------------------------------------------------- backward
     def backward(self, node, root_node, value, retain, st, inputs=None, sure_inputs=frozenset()):
@@ -572,9 +572,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if t is None:
             return
         self.note_event("backward", node)
-        self.sure_events += 1
+        self.cx.sure_events += 1
         definite = all(isinstance(a, Tensor) for a in value)
-        regs = self.facts.regions
+        regs = self.cx.facts.regions
 
         def surely_runs(r):
             return inputs is None or regs[r].reaches is not None and bool(regs[r].reaches & sure_inputs)
@@ -588,7 +588,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             freed_hit, dirty_hit = (freed_hit, frozenset()) if newest(freed_hit) > newest(dirty_hit) else \
                 (frozenset(), dirty_hit)
         key = self.key(node)
-        prev = self.facts.backwards.get(key)
+        prev = self.cx.facts.backwards.get(key)
         no_grad_fn = definite and t.rg is False and st.grad is not None
         if prev is not None and (prev.freed_hit or prev.dirty_hit or prev.no_grad_fn):
             # An earlier visit (an earlier iteration) raised already: that is the error this line gives.
@@ -596,10 +596,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             carriers = prev.carriers
         else:
             carriers = self.carriers(freed_hit | dirty_hit, st) if freed_hit or dirty_hit else ()
-        self.facts.backwards[key] = Backward(
+        self.cx.facts.backwards[key] = Backward(
             node, root_node, retain, self.loops_here(), self.current_function(), t.regions, freed_hit, dirty_hit,
             no_grad_fn, carriers, freed_hit & t.dirty, t.cut, self.entry_call())
-        self.facts.consumed_regions |= {r[:-1] for r in t.regions}
+        self.cx.facts.consumed_regions |= {r[:-1] for r in t.regions}
         if t.rg is not False:
             self.grads_written(st)
         if definite and t.rg is True:
@@ -612,7 +612,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 r for r in t.regions if r not in regs or regs[r].reaches is None or regs[r].reaches & inputs)
             mark_freed(st, runs, sure=sure)
             for r in sure:
-                self.facts.freed_by.setdefault(r, set()).add(node)
+                self.cx.facts.freed_by.setdefault(r, set()).add(node)
 
     def carriers(self, regions, st) -> tuple:
         """Names (and `self.` attributes) whose values hold the given stale regions here, each
@@ -653,9 +653,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         t = tensor_of(v)
         if name == "grad":
             if t.leaf is False and not t.retains_grad and t.rg is True:
-                self.facts.grad_reads[self.key(node)] = GradRead(node)
+                self.cx.facts.grad_reads[self.key(node)] = GradRead(node)
             else:
-                self.facts.grad_reads.pop(self.key(node), None)
+                self.cx.facts.grad_reads.pop(self.key(node), None)
             return frozenset({Tensor(rg=False, leaf=True)})
         if name in K.DETACH_ATTRIBUTES:  # `.data`: no graph, and a version counter of its own
             return frozenset({Tensor(rg=False, leaf=True, cut=self.cut_by(node, [v], st), inference=t.inference,
@@ -714,7 +714,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 truth = self.truth_of(flag)
                 st.set_attr(o[1], RG_BY_NAME, frozenset(Const(frozenset({**(d or {}), key: truth}.items()))
                                                         for d in self.param_flags(o[1], st)))
-                self.frozen_by[o[1]] = self.statement
+                self.cx.frozen_by[o[1]] = self.cx.statement
 
     def set_module_rg(self, mid, flag, st) -> None:
         """Every parameter of one module now has `flag` (its `<rg>`, no flag set one by one), an
@@ -726,7 +726,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if not n.startswith("<") and v and all(isinstance(a, Tensor) and a.leaf is True
                                                    and ("params", mid) in a.objs for a in v):
                 st.set_attr(mid, n, frozenset(replace(a, rg=truth) for a in v))
-        self.frozen_by[mid] = self.statement
+        self.cx.frozen_by[mid] = self.cx.statement
 
     def param_flags(self, mid, st) -> list:
         """The flags of the parameters of a module set one by one: a dict (name -> True, False or
@@ -872,7 +872,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """A leaf converted into a copy with a grad_fn (`w.to(torch.float32)`, `w.cuda()`): the
         copy's graph is a region of its own, saving nothing, so a finding about the non-leaf
         (an optimizer given it) points at the conversion and a fix can make the leaf there."""
-        if not isinstance(node, ast.Call) or self.widening:
+        if not isinstance(node, ast.Call) or self.cx.widening:
             return t
         rid = self.region_id(node, "convert")
         self.region(rid, node, (), (), False, [], certain=t.rg is True)
@@ -1017,11 +1017,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         it saves them when its `forward` calls `ctx.save_for_backward` (what backward does
         with them is its own code).  Its `forward` runs too, with grad off, as torch runs it:
         what it does to the objects it is given (an ODE solver's function) happens."""
-        cls = self.class_nodes.get(cls_id)
+        cls = self.cx.class_nodes.get(cls_id)
         forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None) \
             if cls is not None else None
         if forward is not None:
-            self.grad_funcs[forward] = False
+            self.cx.grad_funcs[forward] = False
             self.call_function(Func(forward, kind="staticmethod"), [UNKNOWN, *args], {}, st, node)
         tensors = [v for v in args if tensor_of(v) is not None]
         if not tensors or any(tensor_of(v) is None and not isinstance(next(iter(v), None), (Const, Num))
@@ -1268,7 +1268,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         new = None
         if items is not None and added is not None:
             # exact layers or tensors: what a concrete iteration keeps and a widened one loses
-            self.sure_events += any(tensor_of(a) is not None or objs_of(a, "module") for a in added)
+            self.cx.sure_events += any(tensor_of(a) is not None or objs_of(a, "module") for a in added)
             if name == "insert":
                 pos = int_of(args[0]) if len(args) == 2 else None
                 new = None if pos is None else items[:pos] + tuple(added) + items[pos:]
@@ -1291,7 +1291,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         `type(self)` (a mixin's `super()` reaches its sibling `nn.Linear`), C's own bases when
         the instance's class is not known."""
         selves = [a for a in sup.self_value if isinstance(a, Obj)]
-        classes = {self.obj_class.get(a.id) for a in selves}
+        classes = {self.cx.obj_class.get(a.id) for a in selves}
         line = self.mro(next(iter(classes)), st) if len(classes) == 1 and None not in classes else None
         after = line[line.index(Obj(sup.class_id, "class")) + 1:] if line and Obj(sup.class_id, "class") in line else None
         for base in after if after is not None else self.bases_of(sup.class_id, st):
@@ -1301,7 +1301,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                            node.args[0] if isinstance(node, ast.Call) and node.args else None)
                 return NONE
             layer = self.library_layer(base)
-            if layer is not None and len(selves) == 1 and self.module_kind.get(selves[0].id) == layer:
+            if layer is not None and len(selves) == 1 and self.cx.module_kind.get(selves[0].id) == layer:
                 # `class Dense(nn.Linear)`: `super().__init__(i, o)` and `super().forward(x)` do what torch's do
                 m = selves[0]
                 if name == "__init__":
@@ -1348,7 +1348,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             # `block.forward = types.MethodType(new_forward, block)`: the function bound to that object
             return frozenset(replace(f, bound=args[1]) for f in args[0])
         if dotted == "functools.partial" and args and (all(isinstance(a, Ref) for a in args[0]) or len(args[0]) == 1) \
-                and self.unknown_spread is not node and self.unknown_keywords is not node:
+                and self.cx.unknown_spread is not node and self.cx.unknown_keywords is not node:
             # a library function with arguments bound (`partial(checkpoint, use_reentrant=True)`) or one function of
             # the project (`partial(self.save_output, name)` as a hook); a choice between functions of the project
             # (`partial(fast if flag else slow, ...)`) stays an unknown call: following each from every call site
@@ -1405,10 +1405,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def namespace(self, args, kwargs, st, node):
         """`argparse.Namespace(lr=0.1, freeze=False)`: a config object whose attributes are
         its keywords (a flag it holds decides a branch: `if args.freeze:`)."""
-        if args or self.unknown_keywords is node:  # `**config` not known item by item
+        if args or self.cx.unknown_keywords is node:  # `**config` not known item by item
             return self.call_unknown(args, kwargs, st, node)
         obj = Obj(("obj",) + self.region_id(node, "obj"), "instance")
-        self.sure_events += 1
+        self.cx.sure_events += 1
         st.heap[obj.id] = dict(kwargs)
         return frozenset({obj})
 
@@ -1438,7 +1438,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if dotted in K.SET_GRAD_ENABLED:
             flag = self.truth_of(args[0]) if args else None
             st.grad = flag
-            self.grad_off_call = node if flag is False else None
+            self.cx.grad_off_call = node if flag is False else None
             return frozenset({GradMode(flag)})
         if last in ("autocast",):
             return frozenset({GradMode("keep")})
@@ -1496,9 +1496,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             made = self.with_shape(self.fresh_tensor(node, st, rg=rg, inputs=copied),
                                    self.factory_shape(last, args, kwargs, st))
             dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
-                ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.default_dtype_set else None) or \
+                ("float32" if last in K.DEFAULT_FLOAT_FACTORIES and not self.cx.default_dtype_set else None) or \
                 K.TYPED_FACTORIES.get(last) or \
-                (fill_dtype(args[1], None if self.default_dtype_set else "float32")
+                (fill_dtype(args[1], None if self.cx.default_dtype_set else "float32")
                  if last == "full" and len(args) > 1 else None) or \
                 (tensor_of(args[0]).dtype if last in K.INPUT_DTYPE_FACTORIES and args and len(args[0]) == 1
                  and tensor_of(args[0]) is not None else None) or \
@@ -1512,7 +1512,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
                                    self.joined_shape(last, items, dim, elements))
         if last == "set_default_dtype":
-            self.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
+            self.cx.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
         if dotted in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
             return self.tensor_dataset(args, st, node)
         if dotted in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"):
@@ -1539,7 +1539,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 and (args or "input" in kwargs) and self.dropout_is_identity(last, args, kwargs):
             return args[0] if args else kwargs["input"]  # `F.dropout(x, training=False)` is x itself
         if kwargs.get("inplace") == const(True):
-            self.facts.inplace_flags[node] = (node, None)  # `F.relu(x, inplace=True)`
+            self.cx.facts.inplace_flags[node] = (node, None)  # `F.relu(x, inplace=True)`
             first = args[0] if args and tensor_of(args[0]) is not None else tensor_args[0]
             return self.inplace(node, node.args[0] if node.args else None, first,
                                 [a for a in args if a is not first], st, last + "_")
@@ -1556,7 +1556,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if K.FACTORY_SHAPES.get(last) == "like":
             like = tensor_of(args[0]) if args and len(args[0]) == 1 else None
             return like.device if like is not None else None
-        return "cpu" if last in K.FACTORIES_ON_CPU or self.default_cpu else None
+        return "cpu" if last in K.FACTORIES_ON_CPU or self.cx.default_cpu else None
 
     def dropout_is_identity(self, name, args, kwargs) -> bool:
         """Whether the dropout function `name` surely returns its input: not training, or p 0."""
@@ -1582,7 +1582,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if inputs_node is not None:
             for n in ast.walk(inputs_node):
                 if isinstance(n, (ast.Name, ast.Attribute)):
-                    self.facts.grad_inputs.add(self.facts.text(n))
+                    self.cx.facts.grad_inputs.add(self.cx.facts.text(n))
         given = kwargs.get("inputs") or (args[1] if len(args) > 1 else None)
         if self.no_gradient_given("torch.autograd.grad", args, kwargs):
             self.implicit_gradient(node, root, outputs, st)
@@ -1637,7 +1637,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         float dtype, ints int64, bools bool (mixed: the widest); a numpy array keeps its own."""
         if array_of(v) is not None:
             return array_of(v).dtype
-        floating = None if self.default_dtype_set else "float32"
+        floating = None if self.cx.default_dtype_set else "float32"
         if len(v) == 1 and isinstance(next(iter(v)), Const):
             return fill_dtype(v, floating)
         items = self.exact_items(v, st) if depth < 3 else None
@@ -1653,8 +1653,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return None if a.names else Ref("builtins.tuple")
         if isinstance(a, Obj) and a.kind in ("list", "dict"):
             return Ref("builtins." + a.kind)
-        if isinstance(a, Obj) and a.id in self.obj_class:
-            return Obj(self.obj_class[a.id], "class")
+        if isinstance(a, Obj) and a.id in self.cx.obj_class:
+            return Obj(self.cx.obj_class[a.id], "class")
         return None
 
     def call_builtin(self, name, args, kwargs, st, node):
@@ -1672,7 +1672,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "len" and len(a0) == 1 and tensor_of(a0) is not None:
             return self.size_along(a0, const(0))  # `len(x)` of a tensor: its first dimension
         if name == "len" and len(a0) == 1 and isinstance(obj := next(iter(a0)), Obj) \
-                and (cls := self.obj_class.get(obj.id)) is not None \
+                and (cls := self.cx.obj_class.get(obj.id)) is not None \
                 and (size := self.class_lookup(cls, "__len__", st)) is not None:
             n = self.call_value(self.bind_class_member(size, obj, st, node), [], {}, st, node)
             return n if int_of(n) is not None else frozenset({Num()})  # `len(ds)` runs the class's `__len__`
@@ -1713,7 +1713,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if args and None not in columns:  # over known items: each tuple known
                 rows = tuple(frozenset({Tup(row)}) for row in zip(*columns))
                 return self.known_sequence(rows, st, node)
-            if self.unknown_spread is node and isinstance(node, ast.Call) and node.args:
+            if self.cx.unknown_spread is node and isinstance(node, ast.Call) and node.args:
                 # `zip(*rows)` of rows not known one by one: columns of any length, not 1-tuples
                 column = self.make_sequence(join_all(self.iter_elements(a, st) for a in args), st, node.args[0])
                 return self.make_sequence(column, st, node)
@@ -1740,7 +1740,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return out
         if name == "map" and len(args) >= 2:  # each call makes its own containers (`map(list, zip(*rows))`)
             items = self.exact_items(args[1], st) if len(args) == 2 else None
-            self.unrolling += 1
+            self.cx.unrolling += 1
             try:
                 if items is not None and len(items) <= 16:  # a short known sequence: each item mapped
                     mapped = tuple(self.call_value(args[0], [item], {}, st, node) for item in items)
@@ -1748,7 +1748,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 elems = self.iter_elements(args[1], st)
                 result = self.call_value(args[0], [elems], {}, st, node)
             finally:
-                self.unrolling -= 1
+                self.cx.unrolling -= 1
             return self.make_sequence(result, st, node)
         if name == "next":
             return self.iter_elements(a0, st)
@@ -1770,7 +1770,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(t) if t is not None else UNKNOWN
         if name == "super":
             fn = self.current_function()
-            owner = self.owner_of.get(fn)
+            owner = self.cx.owner_of.get(fn)
             fr = self.frame
             if isinstance(owner, ast.ClassDef) and fr.self_value is not None:
                 return frozenset({Super(fr.self_value, ("class", gid(owner)))})
@@ -1818,7 +1818,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         attrs = st.heap.get(objs[0].id) if len(v) == 1 and len(objs) == 1 else None
         if attrs is None or UNSEEN_ATTRS in attrs:
             return UNKNOWN
-        fields = self.dataclass_fields.get(self.obj_class.get(objs[0].id)) if not live else None
+        fields = self.cx.dataclass_fields.get(self.cx.obj_class.get(objs[0].id)) if not live else None
         if not live and fields is None:
             return UNKNOWN
         names = [f[0] for f in fields] if fields is not None else [n for n in attrs if not n.startswith("<")]
@@ -1852,7 +1852,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return True
         if a == Const(None) and not name.startswith("__"):
             return False
-        cls = self.obj_class.get(a.id) if isinstance(a, Obj) and a.kind in ("instance", "module") else None
+        cls = self.cx.obj_class.get(a.id) if isinstance(a, Obj) and a.kind in ("instance", "module") else None
         if cls is None:
             return None
         if self.class_lookup(cls, name, st) is not None:
@@ -1886,7 +1886,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def may_thaw(self, modules, st) -> None:
         """What code not seen did to `modules` may have made their parameters trainable again:
         frozen is no longer known of them or of their submodules."""
-        for m in modules if self.frozen_by else ():
+        for m in modules if self.cx.frozen_by else ():
             for x in self.submodules(m, st):
                 if st.get_attr(x.id, "<rg>") == const(False):
                     st.set_attr(x.id, "<rg>", UNKNOWN)
@@ -1914,8 +1914,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     # ----------------------------------------------------------------- modules
     def make_module(self, cls_name, info, args, kwargs, st, node):
         obj = Obj(("obj",) + self.region_id(node, "obj"), "module")  # `[nn.Linear(4, 4) for _ in ...]`: several
-        self.sure_events += 1
-        self.module_kind[obj.id] = cls_name
+        self.cx.sure_events += 1
+        self.cx.module_kind[obj.id] = cls_name
         st.heap[obj.id] = self.library_attrs(obj, cls_name, info, args, kwargs, st, node, self.new_module())
         return frozenset({obj})
 
@@ -1931,7 +1931,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             items = None
             if cls_name == "Sequential" and len(args) == 1 and objs_of(args[0], "dict"):
                 attrs["<layers>"] = self.iter_elements(args[0], st)  # an OrderedDict: order unknown here
-            elif cls_name == "Sequential" and self.unknown_spread is not node:
+            elif cls_name == "Sequential" and self.cx.unknown_spread is not node:
                 items = tuple(args)
             elif cls_name == "Sequential":
                 attrs["<layers>"] = join_all(args)  # `*layers` not known one by one: an opaque chain
@@ -1962,7 +1962,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             flag, position = args[info.inplace_pos], info.inplace_pos
         if flag is not None and self.truth_of(flag) is True:
             attrs["<inplace>"] = const(True)
-            self.inplace_flags[obj.id] = (node, position)
+            self.cx.inplace_flags[obj.id] = (node, position)
         renorm = kwargs.get(info.renorm_arg) if info.renorm_arg else None
         if renorm is None and info.renorm_pos is not None and info.renorm_pos < len(args):
             renorm = args[info.renorm_pos]
@@ -1973,7 +1973,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if names is not None:
             attrs["<parameters>"] = const(names)
         dtype = self.dtype_named(kwargs["dtype"]) if "dtype" in kwargs else \
-            "float32" if not self.default_dtype_set else None
+            "float32" if not self.cx.default_dtype_set else None
         if info.has_params and dtype is not None:  # its parameters' dtype (see convert_module)
             attrs["<dtype>"] = const(dtype)
         return attrs
@@ -1982,12 +1982,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """`m` and every module reachable from its attributes, in definition order.  Asked at
         every call of a layer: the answer is kept with the heap entries it was read from (a
         write replaces an entry, never changes it), and reused while they are all equal."""
-        memo = self.submodule_memo.get(m.id)
+        memo = self.cx.submodule_memo.get(m.id)
         if memo is not None and all((cur := st.heap.get(i)) is attrs or cur == attrs for i, attrs in memo[1]):
             return memo[0]  # (a join makes equal copies of the entries it does not change)
         read: dict = {}
         out = self._submodules(m, st, {}, read)
-        self.submodule_memo[m.id] = (out, tuple(read.items()))
+        self.cx.submodule_memo[m.id] = (out, tuple(read.items()))
         return out
 
     def _submodules(self, m: Obj, st, seen: dict, read: dict) -> list:
@@ -2045,14 +2045,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
 
     def builtin_info(self, m: Obj):
         """What the knowledge says of a torch.nn module's class; None for a local or unseen one."""
-        kind = self.module_kind.get(m.id)
+        kind = self.cx.module_kind.get(m.id)
         return K.module_info(kind) if kind not in (None, "local", "opaque") else None
 
     def has_parameters(self, m: Obj, st) -> bool:
         """Whether the module (or one of its submodules) has parameters of its own."""
         for x in self.submodules(m, st):
             info = self.builtin_info(x)
-            if self.module_kind.get(x.id) == "opaque" or (info is not None and info.has_params):
+            if self.cx.module_kind.get(x.id) == "opaque" or (info is not None and info.has_params):
                 return True
             for v in (st.heap.get(x.id) or {}).values():
                 t = tensor_of(v)
@@ -2089,7 +2089,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         mods = self.submodules(m, st) if subtree else [m]
         rgs = [self.module_rg(x, st) for x in mods]
         rg = True if all(r is True for r in rgs) else (False if all(r is False for r in rgs) else None)
-        cut = frozenset(self.frozen_by[x.id] for x in mods if x.id in self.frozen_by) if rg is False else frozenset()
+        cut = frozenset(self.cx.frozen_by[x.id] for x in mods if x.id in self.cx.frozen_by) if rg is False else frozenset()
         made = [st.get_attr(x.id, "<inference>") for x in mods]  # see convert_module
         inference = made[0] if all(v is not None and len(v) == 1 and NONE.isdisjoint(v) for v in made) else None
         return frozenset({Tensor(rg=rg, leaf=True, objs=frozenset(("params", x.id) for x in mods), cut=cut,
@@ -2125,14 +2125,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         the time the caller reads the future, and the future's value is not known."""
         saved = st.grad
         st.grad = True
-        self.inference_sites.append(None)
+        self.cx.inference_sites.append(None)
         try:
             if how == "submit":
                 self.call_value(args[0], list(args[1:]), dict(kwargs), st, node)
             elif len(args) == 2 and not kwargs:
                 self.call_value(args[0], [self.iter_elements(args[1], st)], {}, st, node)
         finally:
-            self.inference_sites.pop()
+            self.cx.inference_sites.pop()
             st.grad = saved
         return UNKNOWN
 
@@ -2260,7 +2260,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return out
 
     def plain_module_attribute(self, m: Obj, name, st, node):
-        kind = self.module_kind.get(m.id)
+        kind = self.cx.module_kind.get(m.id)
         if name in self.slots(m, st):
             return st.get_attr(m.id, name) or UNKNOWN
         if name in ("weight", "bias") or name.startswith(("weight_", "bias_")) or name in ("in_proj_weight",):
@@ -2277,14 +2277,14 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         info = self.builtin_info(m)
         if name == "_conv_forward" and info is not None and info.op == "convolution":
             return frozenset({Method(frozenset({m}), name)})  # what a subclass's `forward` calls
-        if kind == "local" or m.id in self.obj_class or info is not None and info.op is not None and not info.container:
+        if kind == "local" or m.id in self.cx.obj_class or info is not None and info.op is not None and not info.container:
             return UNKNOWN  # a layer that is one op (nn.Linear) has no submodule to find here
         layers = self.exact_items(frozenset({m}), st) if name.isdigit() and kind in ("Sequential", "ModuleList") \
             else None
         if layers is not None and int(name) < len(layers):
             return layers[int(name)]  # `getattr(seq, "1")`, `seq._modules["1"]`: the layer it holds at that place
         sub = Obj(("sub", m.id, name), "module")
-        self.module_kind.setdefault(sub.id, "opaque")
+        self.cx.module_kind.setdefault(sub.id, "opaque")
         if sub.id not in st.heap:
             st.set_attr(m.id, name, frozenset({sub}))
             st.heap.setdefault(sub.id, self.no_hooks({}))
@@ -2327,7 +2327,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.contains(out, frozenset(("params", x.id) for x in self.trainable_layers(m, st)), st)
             return out
         if name == "buffers":
-            if any(self.module_kind.get(x.id) == "opaque" for x in self.submodules(m, st)):
+            if any(self.cx.module_kind.get(x.id) == "opaque" for x in self.submodules(m, st)):
                 return self.make_sequence(UNKNOWN, st, node)  # buffers the engine cannot see
             items = self.buffers(m, st)
             return self.known_sequence(items, st, node)
@@ -2430,7 +2430,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if x.id in seen:
                 continue
             seen.add(x.id)
-            override = self.class_lookup(self.obj_class[x.id], "train", st) if x.id in self.obj_class else None
+            override = self.class_lookup(self.cx.obj_class[x.id], "train", st) if x.id in self.cx.obj_class else None
             if override is not None:
                 self.call_value(self.bind_class_member(override, x, st, node), [mode], {}, st, node)
             else:
@@ -2485,7 +2485,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         names = None if unknown or not name or not all(isinstance(a, Const) and isinstance(a.value, str)
                                                        for a in name) else sorted({a.value for a in name})
         if unknown:
-            self.may_thaw([Obj(i, "module") for i in self.frozen_by], st)
+            self.may_thaw([Obj(i, "module") for i in self.cx.frozen_by], st)
         for o in objs_of(obj):
             if names is None:
                 st.set_attr(o.id, UNSEEN_ATTRS, const(True))
@@ -2509,15 +2509,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         def graph_free(a):  # a tensor surely without grad, or a number
             t = tensor_of(a)
             return t.rg is False and len(a) == 1 if t is not None else isinstance(next(iter(a), None), (Const, Num))
-        if reentrant is not True or st.grad is not True or self.unknown_spread is node \
+        if reentrant is not True or st.grad is not True or self.cx.unknown_spread is node \
                 or not all(graph_free(a) for a in inputs):
             return self.call_value(fn, inputs, passed, st, node)
         st.grad = False
-        self.no_grad_sites.append(node)
+        self.cx.no_grad_sites.append(node)
         try:
             return self.call_value(fn, inputs, passed, st, node)
         finally:
-            self.no_grad_sites.pop()
+            self.cx.no_grad_sites.pop()
             st.grad = True
 
     def namedtuple_type(self, names, defaults, st):
@@ -2539,7 +2539,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         container's layers, named by position), in the order they were set, once each; None
         when one is not known (an attribute that may be a module or something else, one set
         by a call not followed, a module the engine cannot see into)."""
-        if self.module_kind.get(m.id, "opaque") == "opaque":
+        if self.cx.module_kind.get(m.id, "opaque") == "opaque":
             return None
         info = self.builtin_info(m)
         pairs = self.module_dict_items(m, st)  # a ModuleDict's by key
@@ -2673,7 +2673,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     st.heap[oid] = attrs
 
     def module_call(self, m: Obj, args, kwargs, st, node, sub=0, arg_nodes=None):
-        kind = self.module_kind.get(m.id, "opaque")
+        kind = self.cx.module_kind.get(m.id, "opaque")
         info = self.builtin_info(m)
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
         if info is not None and info.name in K.DROPOUTS.modules and st.get_attr(m.id, "training") == const(False):
@@ -2694,8 +2694,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             if op is None:
                 return self.generic_module(m, args, st, node, sub)
             if op.inplace:
-                if m.id in self.inplace_flags:  # where a fix can turn it off
-                    self.facts.inplace_flags[node] = self.inplace_flags[m.id]
+                if m.id in self.cx.inplace_flags:  # where a fix can turn it off
+                    self.cx.facts.inplace_flags[node] = self.cx.inplace_flags[m.id]
                 return self.inplace(node, None, x, list(args[1:]), st, op)
             bound, inputs = {}, []
             input_params = info.input_params or tuple(p for p in op.params if p in op.tensor_params)[:1]
@@ -2724,7 +2724,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                                   self.layer_shape(m, kind, args, st, extra=len(args) > 1 or bool(getattr(
                                       node, "keywords", None))))
             if op.name.split(".")[-1] in K.LOSS_SHAPES and shape_of(out) != ():  # `nn.MSELoss(reduction="none")`
-                self.facts.unreduced.add(gid(node))
+                self.cx.facts.unreduced.add(gid(node))
             return self.module_outputs(kind, info, op, out)
         out = self.generic_module(m, args, st, node, sub, arg_nodes)
         if kind in K.LAYER_SHAPES.get("keep_shape", ()) and args:
@@ -2750,7 +2750,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         """One layer of a Sequential: `arg_nodes` name the input only for the first layer."""
         def call(a, st):
             if isinstance(a, Obj) and a.kind == "module":
-                if self.obj_class.get(a.id) is not None:
+                if self.cx.obj_class.get(a.id) is not None:
                     return self.call_object(a, args, {}, st, node)
                 return self.hooked_call(a, args, {}, st, node,
                                         lambda xs: self.module_call(a, xs, {}, st, node, sub, arg_nodes))
@@ -2772,7 +2772,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def opaque_module(self, node, st):
         """A module whose class the engine cannot see: its calls save inputs and parameters."""
         obj = Obj(("obj", self.frame.ctx, gid(node)), "module")
-        self.module_kind[obj.id] = "opaque"
+        self.cx.module_kind[obj.id] = "opaque"
         st.heap.setdefault(obj.id, self.no_hooks({}))
         return frozenset({obj})
 
@@ -2856,11 +2856,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
     def optimizer_step(self, opt, st, node):
         self.note_event("step", node)
         if st.get_attr(opt.id, GRADS) == const(False):
-            self.facts.steps.pop(self.key(node), None)
+            self.cx.facts.steps.pop(self.key(node), None)
             return  # no parameter has a grad: step() changes nothing
         params = st.get_attr(opt.id, "<params>") or EMPTY
         objs = self.optimizer_objs(params, st)
-        self.facts.steps[self.key(node)] = Step(node, objs)
+        self.cx.facts.steps[self.key(node)] = Step(node, objs)
         # Modified for sure: the parameters whose grads are surely set (a backward surely reached them
         # since the last zero_grad), of a parameter list known to the last element.
         sure = objs & self.sure_grads(st) if self.known_params(params, st) else frozenset()

@@ -35,8 +35,9 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
-from gradguard.api import NOT_ANALYSED, Checked, NotReadable, decode, iter_python_files, read_source
+from gradguard.api import NOT_ANALYSED, Checked, NotReadable, iter_python_files, read_source
 from gradguard.config import Config, ConfigError, Configs
+from gradguard.encoding import decode
 from gradguard.lsp.convert import diagnostic, reported
 from gradguard.spans import split_lines
 

@@ -34,7 +34,7 @@ class UserContexts:
         (a,) = tuple(ctx)
         if isinstance(a, Managed):
             return a
-        cls = self.obj_class.get(a.id) if isinstance(a, Obj) and a.kind == "instance" else None
+        cls = self.cx.obj_class.get(a.id) if isinstance(a, Obj) and a.kind == "instance" else None
         return a if cls is not None and self.class_lookup(cls, "__enter__", st) is not None \
             and self.class_lookup(cls, "__exit__", st) is not None else None
 
@@ -43,13 +43,13 @@ class UserContexts:
         item = s.items[0]
         if isinstance(cm, Managed):
             return self.with_managed(s, cm, st)
-        cls = self.obj_class[cm.id]
+        cls = self.cx.obj_class[cm.id]
         enter = self.class_lookup(cls, "__enter__", st)
-        self.not_followed = None
+        self.cx.not_followed = None
         v = self.call_value(self.bind_class_member(enter, cm, st, s), [], {}, st, item.context_expr)
         if item.optional_vars is not None:
             self.assign(item.optional_vars, v, st, s)
-        if self.not_followed is not None and any(isinstance(f, Func) and f.node is self.not_followed for f in enter):
+        if self.cx.not_followed is not None and any(isinstance(f, Func) and f.node is self.cx.not_followed for f in enter):
             return self.body_in_unknown_mode(s, st)
         out = self.exec_block(s.body, st)
         if out is not None:
@@ -67,8 +67,8 @@ class UserContexts:
         ended = {"body": False, "ran": False}
 
         def at_yield(value, callee_st):
-            caller = self.frames.pop()
-            stash = ("<env>", len(self.frames))
+            caller = self.cx.frames.pop()
+            stash = ("<env>", len(self.cx.frames))
             outer = callee_st.copy()
             outer.env = dict(callee_st.heap[stash])
             try:
@@ -76,7 +76,7 @@ class UserContexts:
                     self.assign(item.optional_vars, value, outer, s)
                 after = self.exec_block(s.body, outer)
             finally:
-                self.frames.append(caller)
+                self.cx.frames.append(caller)
             ended["ran"] = True
             if after is None:
                 return  # the generator's exit code runs with the state before the body
@@ -84,11 +84,11 @@ class UserContexts:
             callee_st.heap = after.heap
             callee_st.heap[stash] = after.env
 
-        self.pending_yield = at_yield
+        self.cx.pending_yield = at_yield
         func = cm.func
         self.call_function(func, ([func.bound] if func.bound is not None else []) + list(cm.args), dict(cm.kwargs),
                            st, item.context_expr)
-        self.pending_yield = None  # not consumed when the call was not followed
+        self.cx.pending_yield = None  # not consumed when the call was not followed
         if not ended["ran"]:  # not followed, or no `yield` reached
             return self.body_in_unknown_mode(s, st)
         return st if ended["body"] else None
@@ -108,28 +108,28 @@ class UserContexts:
         is its own mode, which `enable_grad()` inside it does not leave and `inference_mode(False)`
         does; the caller restores the mode and the sites on exit."""
         if mode is False and all(isinstance(a, GradMode) and a.inference for a in ctx):
-            self.inference_sites.append(site)
+            self.cx.inference_sites.append(site)
         elif mode is True and all(isinstance(a, GradMode) and a.leaves_inference for a in ctx):
-            self.inference_sites.append(None)  # out of inference mode, grad on
+            self.cx.inference_sites.append(None)  # out of inference mode, grad on
         elif mode is not False and mode != "keep" and self.inference_site() is not None:
-            mode, site = False, self.inference_sites[-1]  # `enable_grad()` inside it records nothing either
+            mode, site = False, self.cx.inference_sites[-1]  # `enable_grad()` inside it records nothing either
         if mode != "keep":
             st.grad = mode
             if mode is False:
-                self.no_grad_sites.append(site)
+                self.cx.no_grad_sites.append(site)
 
     def manual_grad_mode(self, mode: GradMode, name, st, node):
         """`mode.__enter__()`: the mode `with mode:` sets (see `stmt_With`); `mode.__exit__(...)`:
         the mode before the last such `__enter__`."""
         if name == "__enter__":
-            self.entered_modes.append((st.grad, len(self.no_grad_sites), len(self.inference_sites)))
+            self.cx.entered_modes.append((st.grad, len(self.cx.no_grad_sites), len(self.cx.inference_sites)))
             ctx = frozenset({mode})
             self.enter_grad_mode(ctx, self.grad_mode_of(ctx), node, st)
             return NONE
-        if self.entered_modes:
-            st.grad, sites, inference = self.entered_modes.pop()
-            del self.no_grad_sites[sites:]
-            del self.inference_sites[inference:]
+        if self.cx.entered_modes:
+            st.grad, sites, inference = self.cx.entered_modes.pop()
+            del self.cx.no_grad_sites[sites:]
+            del self.cx.inference_sites[inference:]
         return NONE
 
 
