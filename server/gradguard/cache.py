@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gradguard.api import Checked, NotReadable, check_file, read_source
 from gradguard.config import Config
+from gradguard.environment import user_code
 from gradguard.findings import Edit, Finding, Fix, Related, Span
 
 DIRECTORY = ".gradguard_cache"
@@ -93,10 +94,12 @@ def check_cached(path: Path, config: Config, cache: Cache | None) -> Checked:
 
 def _fingerprint(config: Config) -> bytes:
     """The settings a result depends on (not `timeout`: only errors depend on it, and they are not kept),
-    and where they came from (`per-file-ignores` patterns and imports resolve from there)."""
+    where they came from (`per-file-ignores` patterns and imports resolve from there), and, when
+    imports are followed, the user's code the interpreter finds outside the project."""
     return json.dumps([sorted(config.select), sorted(config.ignore), sorted(config.severity.items()),
                        config.enabled, config.follow_imports, str(config.source),
-                       sorted([pattern, sorted(codes)] for pattern, codes in config.per_file_ignores)]).encode()
+                       sorted([pattern, sorted(codes)] for pattern, codes in config.per_file_ignores),
+                       user_code().key() if config.follow_imports else None]).encode()
 
 
 @lru_cache(maxsize=1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from gradguard.encoding import decode
+from gradguard.environment import user_code
 from gradguard.ids import number
 from gradguard.spans import LINE_BREAK, Positions
 
@@ -91,8 +93,10 @@ def project_root(directory: Path) -> Path | None:
 
 
 class Workspace:
-    def __init__(self, root: str | os.PathLike | None = None, overlay: dict[str, str] | None = None):
+    def __init__(self, root: str | os.PathLike | None = None, overlay: dict[str, str] | None = None,
+                 python: str = sys.executable):
         self.root = Path(root).resolve() if root is not None else None
+        self.python = python  # the interpreter whose installed development packages imports may name
         self.overlay = {str(Path(p).resolve()): text for p, text in (overlay or {}).items()}
         self._parsed: OrderedDict[str, tuple] = OrderedDict()  # path -> (stamp, Module | None), last used last
         self._found: dict[tuple, Path | None] = {}  # (directory, module, level) -> the file it resolved to
@@ -155,6 +159,16 @@ class Workspace:
         else:
             root = self.root if self.root is not None else project_root(here)
             bases = [here] + ([root, root / "src"] if root is not None else [])
+        found = self._in(bases, parts)
+        if found is not None or level or not parts:
+            return found
+        installed = user_code(self.python)  # the user's code outside the project, as the interpreter finds it
+        if parts[0] in installed.packages:  # a PEP 660 finder's: the name is a directory of its own
+            return self._in([installed.packages[parts[0]]], parts[1:])
+        return self._in(installed.paths, parts)
+
+    def _in(self, bases, parts: list) -> Path | None:
+        """The module `parts` names in the first of `bases` that has it: `a/b.py` or `a/b/__init__.py`."""
         for base in dict.fromkeys(bases):
             target = base.joinpath(*parts)
             for candidate in ((target.with_name(target.name + ".py"),) if parts else ()) + (target / "__init__.py",):
