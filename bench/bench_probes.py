@@ -2,7 +2,9 @@
 
     python bench/bench_probes.py [--oracle] [--fixes] [DIR ...]
 
-DIR defaults to every set in bench/probes/ (see its README).  Each program's label is its
+DIR defaults to every set in bench/probes/ (see its README); a set of projects of several
+modules (`modules_a`) is measured with its imports and as the same programs in one file
+(`measure_modules`; --oracle and --fixes do not apply to it).  Each program's label is its
 `# expect: KIND` header and its `# raises` line; with --oracle each is also run under torch
 (../shared/corpus/oracle.py) and a label torch disagrees with is reported.  With --fixes,
 each crash found gets the preferred confirmed fix of every finding (`--fix --unsafe-fixes`)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -81,6 +84,52 @@ def measure(directory: Path, oracle: bool, fixes: bool) -> None:
           + (f"; found crashes that run clean after the preferred fix {repaired}/{found}" if fixes else ""))
 
 
+def measure_modules(directory: Path) -> None:
+    """A set of projects (`NAME/crash/train.py` with its modules, `NAME/fixed/`, and the same
+    programs in one file, `NAME/onefile_crash.py` and `NAME/onefile_fixed.py`): each checked by
+    the command line, with `NAME/external` (`external_fixed` for the fixed twin, if any) on
+    PYTHONPATH, as a package installed outside the project would be."""
+    directory = directory.resolve()
+    found = {"modules": 0, "onefile": 0}
+    alike = crashes = flagged = clean = 0
+    for project in sorted(p for p in directory.iterdir() if (p / "crash" / "train.py").exists()):
+        external = project / "external"
+        fixed_external = project / "external_fixed" if (project / "external_fixed").exists() else external
+        hits = {}
+        for form, path, extra in (("modules", project / "crash" / "train.py", external),
+                                  ("onefile", project / "onefile_crash.py", None),
+                                  ("modules", project / "fixed" / "train.py", fixed_external),
+                                  ("onefile", project / "onefile_fixed.py", None)):
+            kind, line = expectation(path)
+            predicted = _cli_predictions(path, extra if extra is not None and extra.exists() else None)
+            name = path.relative_to(directory)
+            if kind == "clean":
+                clean += 1
+                flagged += bool(predicted)
+                if predicted:
+                    print(f"  FLAGGED  {name}: {sorted(predicted)}")
+                continue
+            crashes += 1
+            hits[form] = (line, kind) in predicted
+            found[form] += hits[form]
+            if not hits[form]:
+                print(f"  MISSED   {name}: {kind} at line {line}; predicted {sorted(predicted)}")
+        alike += hits["modules"] == hits["onefile"]
+    projects = crashes // 2
+    print(f"{directory.name}: crashes found {found['modules']}/{projects} with imports, {found['onefile']}/{projects} "
+          f"in one file ({alike}/{projects} alike); fixed twins flagged {flagged}/{clean}")
+
+
+def _cli_predictions(path: Path, pythonpath: Path | None) -> set:
+    """(line, kind) of the predicting findings of `gradguard check` on `path`, run from its directory."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", "--output-format", "json",
+                           str(path)], capture_output=True, text=True, env=env, cwd=path.parent)
+    return {(f["line"], PREDICTS[f["code"]]) for f in json.loads(proc.stdout)["findings"] if PREDICTS.get(f["code"])}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="*", type=Path, help="probe sets (default: every one in bench/probes)")
@@ -88,7 +137,10 @@ def main() -> int:
     parser.add_argument("--fixes", action="store_true", help="run each crash found after its preferred fix")
     args = parser.parse_args()
     for directory in args.dirs or sorted(p for p in (HERE / "probes").iterdir() if p.is_dir()):
-        measure(directory, args.oracle, args.fixes)
+        if next(directory.glob("*/crash/train.py"), None) is not None:
+            measure_modules(directory)
+        else:
+            measure(directory, args.oracle, args.fixes)
     return 0
 
 

@@ -10,6 +10,7 @@ import ast
 import gc
 import io
 import os
+import re
 import time
 import tokenize
 import warnings
@@ -152,16 +153,39 @@ def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells
 def _imported_sinks(tree: ast.Module, path: str, workspace) -> dict:
     """The workspace modules this file imports names from at its top level, by path: whether
     a function or class it imports by name runs a backward (`from steps import train_step`),
-    read from the module's text without parsing it.  (Not any sink of the module: nearly every
-    module of a library has an in-place op, or a backward somewhere, and following them all
-    from every file tripled the time of a library's check.)"""
-    out = {}
+    read from the module's text without analysing it, through the modules that re-export it
+    (`from .policy import SACPolicy` in a package's `__init__`).  (Not any sink of the module:
+    nearly every module of a library has an in-place op, or a backward somewhere, and following
+    them all from every file tripled the time of a library's check.)"""
+    out: dict = {}
     for module, level, names in top_imports(tree):
-        found = workspace.located(path, module, level) if names else None
-        if found is not None:
-            text = workspace.text(path, module, level) or ""
-            out[str(found)] = out.get(str(found)) or any(binder.runs_backward(text, name) for name in names)
+        for name in names:
+            _runs_backward(workspace, path, module, level, name, out)
     return out
+
+
+def _runs_backward(workspace, importer: str, module: str, level: int, name: str, out: dict, depth: int = 0) -> bool:
+    """Whether `name` of the module an import names runs a backward, defined there or re-exported
+    from another module (at most `REEXPORTS` deep); each module read goes into `out`."""
+    found = workspace.located(importer, module, level)
+    if found is None:
+        return False
+    text = workspace.text(importer, module, level) or ""
+    runs = binder.runs_backward(text, name)
+    if not runs and depth < REEXPORTS and re.search(rf"\b{re.escape(name)}\b|import\s*\*", text):
+        try:
+            exports = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            exports = []
+        runs = any(_runs_backward(workspace, str(found), stmt.module or "", stmt.level,
+                                  name if alias.name == "*" else alias.name, out, depth + 1)
+                   for stmt in exports if isinstance(stmt, ast.ImportFrom)
+                   for alias in stmt.names if alias.name == "*" or (alias.asname or alias.name) == name)
+    out[str(found)] = out.get(str(found)) or runs
+    return runs
+
+
+REEXPORTS = 3  # packages re-exporting from packages: `pkg/__init__` -> `pkg/models/__init__` -> `pkg/models/net`
 
 
 def _with_findings_rules(source: str, findings: list[Finding]) -> list[Finding]:

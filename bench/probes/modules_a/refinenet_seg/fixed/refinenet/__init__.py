@@ -1,0 +1,1 @@
+from .refinenet import RefineNet4Cascade

@@ -1,0 +1,2 @@
+from tianshou.data import Batch
+from tianshou.policy import SACPolicy

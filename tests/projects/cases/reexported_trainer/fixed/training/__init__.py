@@ -1,0 +1,3 @@
+from .loop import Trainer
+
+__all__ = ["Trainer"]
