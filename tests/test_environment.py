@@ -1,9 +1,9 @@
 """Imports of the user's code outside the project, resolved as the user's interpreter resolves
-them (`gradguard.environment`, with jedi): a package installed in development mode, by a
-`.pth` path (setuptools' `develop`, a src layout's editable install) or by a PEP 660 finder
-(a flat layout's), and a directory on `PYTHONPATH`.  Each interpreter here is a real one: a
-virtual environment made for the test, whose site-packages holds what `pip install -e`
-writes there."""
+them (`gradguard.environment`; another interpreter's path read with jedi): a package
+installed in development mode, by a `.pth` path (setuptools' `develop`, a src layout's
+editable install) or by a PEP 660 finder (a flat layout's), and a directory on `PYTHONPATH`.
+Each interpreter here is a real one: a virtual environment made for the test, whose
+site-packages holds what `pip install -e` writes there."""
 from __future__ import annotations
 
 import os
@@ -53,8 +53,7 @@ def _found(tmp_path: Path, python: str) -> set:
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text(SCRIPT)
-    result = check_source(SCRIPT, str(project / "train.py"), Config(),
-                          workspace=Workspace(project, python=python))
+    result = check_source(SCRIPT, str(project / "train.py"), Config(python=python), workspace=Workspace(project))
     assert result.error is None
     return {(f.code, f.span.line) for f in result.findings}
 
@@ -107,3 +106,21 @@ def test_the_command_line_follows_imports_on_its_interpreters_pythonpath(tmp_pat
                           capture_output=True, text=True, env=env, cwd=project)
     assert proc.returncode == (1 if on_path else 0), proc.stdout + proc.stderr
     assert (f"train.py:{RAISES}:" in proc.stdout and "GG001" in proc.stdout) is on_path
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+def test_the_command_line_resolves_imports_with_the_interpreter_it_is_told(tmp_path, how):
+    """`--python PATH`, or `python = "..."` in `[tool.gradguard]` (relative to the pyproject.toml):
+    GradGuard runs in its own environment, the project's packages are installed in another."""
+    library = _library(tmp_path / "elsewhere")
+    python = _interpreter(tmp_path / "project" / ".venv", pth=str(library))
+    project = tmp_path / "project"
+    (project / "train.py").write_text(SCRIPT)
+    option = ["--python", python] if how == "option" else []
+    if how == "setting":
+        relative = Path(python).relative_to(project)
+        (project / "pyproject.toml").write_text(f'[tool.gradguard]\npython = "{relative.as_posix()}"\n')
+    proc = subprocess.run([sys.executable, "-m", "gradguard", "check", "--no-cache", *option, "train.py"],
+                          capture_output=True, text=True, cwd=project)
+    assert proc.returncode == 1 and f"train.py:{RAISES}:" in proc.stdout and "GG001" in proc.stdout, \
+        proc.stdout + proc.stderr

@@ -209,19 +209,23 @@ def read_source(path: str | os.PathLike) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _workspace(root: Path | None) -> Workspace:
-    return Workspace(root)
+def _workspace(root: Path | None, python: str) -> Workspace:
+    return Workspace(root, python=python)
 
 
 def workspace_for(config: Config, workspace: Workspace | None = None) -> Workspace | None:
     """Where a check under `config` follows imports: nowhere with `follow-imports = false`;
     else `workspace` (the language server's, which has the open documents' texts), or the
     workspace of the project whose pyproject.toml `config` came from (imports then resolve
-    from the project root too), else of the checked file's directory alone, one per root and
-    process, so a module imported by many files is parsed once."""
+    from the project root too), else of the checked file's directory alone, one per root,
+    interpreter and process, so a module imported by many files is parsed once.  Imports of
+    the user's code outside the project resolve as `config.interpreter` finds them."""
     if not config.follow_imports:
         return None
-    return workspace if workspace is not None else _workspace(config.source.parent if config.source else None)
+    if workspace is not None:
+        workspace.use(config.interpreter)
+        return workspace
+    return _workspace(config.source.parent if config.source else None, config.interpreter)
 
 
 def iter_python_files(paths: Iterable[str | os.PathLike],

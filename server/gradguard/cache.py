@@ -99,7 +99,7 @@ def _fingerprint(config: Config) -> bytes:
     return json.dumps([sorted(config.select), sorted(config.ignore), sorted(config.severity.items()),
                        config.enabled, config.follow_imports, str(config.source),
                        sorted([pattern, sorted(codes)] for pattern, codes in config.per_file_ignores),
-                       user_code().key() if config.follow_imports else None]).encode()
+                       user_code(config.interpreter).key() if config.follow_imports else None]).encode()
 
 
 @lru_cache(maxsize=1)

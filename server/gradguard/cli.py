@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the pyproject.toml to read for every file (default: each file's nearest one "
                             "with [tool.gradguard])")
     check.add_argument("--timeout", type=float, metavar="S", help="seconds of analysis allowed per file")
+    check.add_argument("--python", type=Path, metavar="PATH",
+                       help="the interpreter whose packages installed in development mode (and PYTHONPATH) "
+                            "imports may lead to (default: the one running gradguard)")
     check.add_argument("--no-respect-gitignore", action="store_true",
                        help="also walk into what .gitignore files and .git/info/exclude ignore")
     check.add_argument("--force-exclude", action="store_true",
@@ -172,7 +175,8 @@ def _adjusted(config: Config, args) -> Config:
     """A project's settings with the command line's on top: `--select` replaces its select and
     ignore, `--ignore` adds to its ignore."""
     overrides: dict = {"timeout": args.timeout, "force-exclude": args.force_exclude or None,
-                       "respect-gitignore": False if args.no_respect_gitignore else None}
+                       "respect-gitignore": False if args.no_respect_gitignore else None,
+                       "python": str(args.python.resolve()) if args.python is not None else None}
     if args.select is not None:
         overrides.update(select=args.select, ignore=[])
     if args.ignore is not None:

@@ -15,6 +15,7 @@ the editor (`load_config`) and on the command line (`Configs`) alike.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -33,7 +34,7 @@ except ModuleNotFoundError:  # pragma: no cover - depends on the interpreter
 
 SEVERITIES = ("error", "warning", "info", "hint")
 KEYS = ("select", "ignore", "severity", "enabled", "timeout", "exclude", "follow-imports", "respect-gitignore",
-        "force-exclude", "per-file-ignores")
+        "force-exclude", "per-file-ignores", "python")
 SWITCHES = ("enabled", "follow-imports", "respect-gitignore", "force-exclude")  # the keys that take true or false
 
 
@@ -53,6 +54,7 @@ class Config:
     respect_gitignore: bool = True  # a walk also passes over what git ignores (gradguard.ignore)
     force_exclude: bool = False  # `exclude` and git's ignores apply to paths named on the command line too
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = ()  # (pattern, codes not reported in its files)
+    python: str | None = None  # the interpreter whose installed code imports may lead to (None: GradGuard's own)
     source: Path | None = None  # the pyproject.toml the settings came from; patterns are relative to it
 
     @property
@@ -60,6 +62,15 @@ class Config:
         """The directory `exclude` and `per-file-ignores` patterns are relative to: the
         pyproject.toml's, else the working directory (as for ruff)."""
         return self.source.parent if self.source is not None else Path.cwd().resolve()
+
+    @property
+    def interpreter(self) -> str:
+        """The path of the interpreter imports resolve with (`environment`): `python`, relative
+        to the pyproject.toml's directory, else the one running GradGuard."""
+        if self.python is None:
+            return sys.executable
+        path = Path(self.python).expanduser()
+        return str(path if path.is_absolute() or self.source is None else self.source.parent / path)
 
     def selects(self, code: str, path: str | None = None) -> bool:
         """Whether findings of rule `code` are reported (see the module docstring), in the file
@@ -180,6 +191,10 @@ def _validated(values: Mapping[str, Any], where: str) -> dict[str, Any]:
             out[key] = _severities(value, where)
         elif key == "per-file-ignores":
             out["per_file_ignores"] = _per_file_ignores(value, where)
+        elif key == "python":
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"{where}: 'python' must be the path of a Python interpreter, not {value!r}")
+            out[key] = value
         elif key in SWITCHES:
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: '{key}' must be true or false, not {value!r}")

@@ -2,20 +2,20 @@
 
 An import the project's directories do not resolve may still name code the user writes: a
 package installed in development mode (`pip install -e ../mylib`), a directory on
-`PYTHONPATH` or named by a `.pth` file.  jedi gives the interpreter's `sys.path` as it is
-after `site` ran (this process's own when it is this interpreter, less the entry of the
-program that started it; another's from a subprocess of it, once per interpreter and
-process, so nothing of it runs in this one): the entries that hold code (not the
-standard library, and no directory of installed distributions, which holds `*.dist-info`:
-site-packages, a `pip --target` directory, the extension's bundled packages) are searched
-after the project's.  A package installed in development mode by a PEP 660 finder (setuptools'
-`__editable___*_finder.py` in site-packages, which maps each top-level name to its source
-directory) is found through that mapping, read from the finder's text.  What is installed
-stays opaque, as before.
+`PYTHONPATH` or named by a `.pth` file.  The interpreter's `sys.path`, as it is after `site`
+ran, tells: this process's own when it is the interpreter running GradGuard (less the entry
+of the program that started it); another's (the `python` setting) from jedi, which asks a
+subprocess of it, once per interpreter and process, so that nothing of that environment
+runs in this one.  The entries that hold code are searched after the project's: not the
+standard library, and no directory of installed distributions (one holding `*.dist-info`:
+site-packages, a `pip --target` directory, the extension's bundled packages).  A package
+installed in development mode by a PEP 660 finder (setuptools' `__editable___*_finder.py` in
+site-packages, which maps each top-level name to its source directory) is found through that
+mapping, read from the finder's text.  What is installed stays opaque, as before.
 
-The interpreter is the one that runs the analysis: the command line's, or the language
-server's, which the editor starts with the interpreter it has selected (or the
-`gradguard.interpreter` setting).
+The interpreter is the `python` setting's, else the one that runs the analysis: the command
+line's, or the language server's, which the editor starts with the interpreter it has
+selected (or the `gradguard.interpreter` setting).
 """
 from __future__ import annotations
 
@@ -25,10 +25,6 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-import jedi
-
-_JEDI = Path(jedi.__file__).parent  # the subprocess jedi asks runs a script of its own, first on its path
 
 
 @dataclass(frozen=True)
@@ -46,19 +42,22 @@ class UserCode:
 @lru_cache(maxsize=4)
 def user_code(executable: str = sys.executable) -> UserCode:
     """The user's code `executable` imports from outside the project: nothing if jedi cannot
-    ask that interpreter (it is missing, broken or a version jedi does not know)."""
-    try:
-        if _same(executable):  # this process's path, less the entry of the program that started it
-            entries = jedi.InterpreterEnvironment().get_sys_path()[1:]
-        else:
+    ask that interpreter (it is missing, broken, or a version jedi does not know)."""
+    if _same(executable):  # this process's path, less the entry of the program that started it
+        entries = sys.path[1:]
+    else:
+        import jedi  # (only here: it weighs a dozen megabytes in every process that imports it)
+
+        try:
             entries = jedi.create_environment(executable, safe=False).get_sys_path()
-    except Exception:  # jedi.InvalidPythonEnvironment, an interpreter that died: one reason is as good as another
-        return UserCode()
+        except Exception:  # jedi.InvalidPythonEnvironment, an interpreter that died: any reason is as good
+            return UserCode()
+        entries = [e for e in entries if not Path(e).is_relative_to(Path(jedi.__file__).parent)]  # jedi's helper
     paths, packages = [], {}
     for entry in dict.fromkeys(entries):
         path = Path(entry)
-        if not entry or not path.is_absolute() or not path.is_dir() or path.is_relative_to(_JEDI):
-            continue  # '' (the working directory of whoever runs it), zip files, what is gone, jedi's helper
+        if not entry or not path.is_absolute() or not path.is_dir():
+            continue  # '' (the working directory of whoever runs it), zip files, what is gone
         if _installed(path):
             for finder in sorted(path.glob("__editable___*_finder.py")):
                 for name, where in _mapping(finder).items():

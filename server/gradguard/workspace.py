@@ -101,6 +101,13 @@ class Workspace:
         self._parsed: OrderedDict[str, tuple] = OrderedDict()  # path -> (stamp, Module | None), last used last
         self._found: dict[tuple, Path | None] = {}  # (directory, module, level) -> the file it resolved to
 
+    def use(self, python: str) -> None:
+        """Resolve imports as the interpreter `python` finds the user's code from now on (a
+        project's `python` setting may name one)."""
+        if python != self.python:
+            self.python = python
+            self._found.clear()
+
     def set_text(self, path: str, text: str | None) -> None:
         """The editor's text of an open file (None: closed, read from disk again)."""
         key = str(Path(path).resolve())
