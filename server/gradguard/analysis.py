@@ -16,6 +16,7 @@ import tokenize
 import warnings
 from collections import Counter
 from contextlib import contextmanager
+from functools import lru_cache
 
 from gradguard.engine import binder
 from gradguard.engine.imports import ImportsTooSlow
@@ -166,23 +167,42 @@ def _imported_sinks(tree: ast.Module, path: str, workspace) -> dict:
 
 def _runs_backward(workspace, importer: str, module: str, level: int, name: str, out: dict, depth: int = 0) -> bool:
     """Whether `name` of the module an import names runs a backward, defined there or re-exported
-    from another module (at most `REEXPORTS` deep); each module read goes into `out`."""
+    by a package from one of its modules (at most `REEXPORTS` deep), read from the texts without
+    parsing them (a library's package `__init__` runs to thousands of lines); each module read
+    goes into `out`."""
     found = workspace.located(importer, module, level)
     if found is None:
         return False
     text = workspace.text(importer, module, level) or ""
     runs = binder.runs_backward(text, name)
-    if not runs and depth < REEXPORTS and re.search(rf"\b{re.escape(name)}\b|import\s*\*", text):
-        try:
-            exports = ast.parse(text).body
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            exports = []
-        runs = any(_runs_backward(workspace, str(found), stmt.module or "", stmt.level,
-                                  name if alias.name == "*" else alias.name, out, depth + 1)
-                   for stmt in exports if isinstance(stmt, ast.ImportFrom)
-                   for alias in stmt.names if alias.name == "*" or (alias.asname or alias.name) == name)
+    if not runs and depth < REEXPORTS and found.name == "__init__.py":  # a package passing on its modules' names
+        named, starred = _reexports(text)
+        runs = any(_runs_backward(workspace, str(found), source, len(dots), original, out, depth + 1)
+                   for dots, source, original in [*named.get(name, ()), *((d, m, name) for d, m in starred)])
     out[str(found)] = out.get(str(found)) or runs
     return runs
+
+
+_FROM_IMPORT = re.compile(r"^from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+@lru_cache(maxsize=64)
+def _reexports(text: str) -> tuple[dict, list]:
+    """What a module's top-level `from <dots><module> import ...` statements bind (not those under
+    an `if TYPE_CHECKING:` or a `try:`): {name: [(dots, module, the
+    name there)]} (`from .policy import SACPolicy`, `from .policy import Policy as SACPolicy`), and
+    [(dots, module)] of its star imports.  Once per text: a package's `__init__` is asked for
+    every name a file imports from it."""
+    named: dict = {}
+    starred = []
+    for found in _FROM_IMPORT.finditer(text):
+        for alias in re.sub(r"#[^\n]*", "", found.group(3)).strip("() \t\n").split(","):
+            parts = alias.split()
+            if parts == ["*"]:
+                starred.append((found.group(1), found.group(2)))
+            elif len(parts) in (1, 3) and parts[0].isidentifier():
+                named.setdefault(parts[-1], []).append((found.group(1), found.group(2), parts[0]))
+    return named, starred
 
 
 REEXPORTS = 3  # packages re-exporting from packages: `pkg/__init__` -> `pkg/models/__init__` -> `pkg/models/net`

@@ -13,6 +13,7 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gradguard import knowledge as K
 
@@ -57,11 +58,23 @@ def module_like(source: str, methods) -> frozenset:
 def runs_backward(text: str, name: str) -> bool:
     """Whether the top-level function or class `name` of a module's text has a backward in its
     body (up to the next line that starts at column 0)."""
-    found = re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", text, re.M)
-    if found is None:
-        return False
-    end = re.compile(r"^\S", re.M).search(text, text.find("\n", found.end()) + 1)
-    return BACKWARD.search(text, found.end(), end.start() if end else len(text)) is not None
+    return name in _backward_definitions(text)
+
+
+_DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
+_TOP_LEVEL = re.compile(r"^\S", re.M)
+
+
+@lru_cache(maxsize=64)
+def _backward_definitions(text: str) -> frozenset:
+    """The top-level functions and classes of a module's text that have a backward in their body:
+    found once per text, as a file asks a module about every name it imports from it."""
+    out = set()
+    for found in _DEFINITION.finditer(text):
+        end = _TOP_LEVEL.search(text, text.find("\n", found.end()) + 1)
+        if BACKWARD.search(text, found.end(), end.start() if end else len(text)) is not None:
+            out.add(found.group(1))
+    return frozenset(out)
 
 
 def runs_code(tree: ast.Module) -> bool:
