@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from gradguard.api import check_source
 from gradguard.config import Config
-from gradguard.environment import user_code
+from gradguard.environment import UserCode, user_code
 from gradguard.workspace import Workspace
 
 HERE = Path(__file__).parent
@@ -89,8 +89,7 @@ def test_installed_packages_and_the_standard_library_are_not_the_users_code(tmp_
 
 
 def test_a_broken_interpreter_means_no_code_outside_the_project(tmp_path):
-    assert user_code(str(tmp_path / "no-python")) == user_code.__wrapped__(str(tmp_path / "no-python"))
-    assert user_code(str(tmp_path / "no-python")).paths == ()
+    assert user_code(str(tmp_path / "no-python")) == UserCode()
 
 
 @pytest.mark.parametrize("on_path", [True, False])

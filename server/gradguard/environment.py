@@ -40,7 +40,7 @@ class UserCode:
 
 
 @lru_cache(maxsize=4)
-def user_code(executable: str = sys.executable) -> UserCode:
+def user_code(executable: str) -> UserCode:
     """The user's code `executable` imports from outside the project: nothing if jedi cannot
     ask that interpreter (it is missing, broken, or a version jedi does not know)."""
     if _same(executable):  # this process's path, less the entry of the program that started it

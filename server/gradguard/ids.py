@@ -3,7 +3,7 @@
 `id()` of a node names it only in the process that parsed it, and only while that tree
 lives; a copy (pickled to another process, parsed again after an edit) is another node.
 A stable id names the place in the program instead, the way ty's `AstIds` do: the module's
-path, the qualified name of the scope the node is in (`Trainer.step`, `<lambda>`,
+path (empty for the file analysed, the path for a workspace module it imports), the qualified name of the scope the node is in (`Trainer.step`, `<lambda>`,
 `fit.<listcomp>`; a second `def f` in one scope is `f@2`), and the node's index in that
 scope's own visit order, which does not enter nested scopes.  So an edit inside one
 function renumbers nothing outside it, and the same text parsed anywhere numbers alike.

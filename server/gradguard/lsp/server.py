@@ -523,8 +523,12 @@ async def on_hover(ls: GradGuardServer, params: types.HoverParams):
             return None
     text = next((hover.finding_markdown(f, last.checked.cells) for f in last.checked.findings
                  if hover.contains(f.span, line, column)), None)
-    if text is None and last.facts is not None:
-        text = hover.note_at(last.facts, line, column)
+    if text is None:
+        try:
+            text = hover.note_at(last.facts, line, column) if last.facts is not None else None
+        except Exception:  # a bug reading the facts costs this hover, not the server
+            ls.log(f"gradguard: internal error in a hover of {uri}:\n{traceback.format_exc()}", types.MessageType.Error)
+            return None
     if text is None:
         return None
     return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
