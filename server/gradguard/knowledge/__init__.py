@@ -759,13 +759,11 @@ def _api_table(name: str):
     raise AttributeError(name)
 
 
-_TABLES: Dict[str, Any] = {}
-
-
 def __getattr__(name: str):
-    """Tables are module attributes computed on first access (PEP 562)."""
+    """Tables are module attributes computed on first access (PEP 562), then kept as plain
+    globals: the engine reads them a million times in a large check, and a read that finds a
+    global never calls this again."""
     if name in __all__ and name.isupper() or name == "TORCH_VERSION":
-        if name not in _TABLES:
-            _TABLES[name] = _api_table(name)
-        return _TABLES[name]
+        value = globals()[name] = _api_table(name)
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
