@@ -10,13 +10,11 @@ import ast
 import gc
 import io
 import os
-import re
 import time
 import tokenize
 import warnings
 from collections import Counter
 from contextlib import contextmanager
-from functools import lru_cache
 
 from gradguard.engine import binder
 from gradguard.engine.imports import ImportsTooSlow
@@ -27,7 +25,7 @@ from gradguard.findings import Finding
 from gradguard.notebook import Cells
 from gradguard.rules import ALL_RULES
 from gradguard.rules.base import FindingsRule
-from gradguard.workspace import top_imports
+from gradguard.workspace import reexports, top_imports
 
 __all__ = ["AnalysisTimeout", "Limits", "TooComplex", "analyze", "parse", "run"]
 
@@ -176,33 +174,11 @@ def _runs_backward(workspace, importer: str, module: str, level: int, name: str,
     text = workspace.text(importer, module, level) or ""
     runs = binder.runs_backward(text, name)
     if not runs and depth < REEXPORTS and found.name == "__init__.py":  # a package passing on its modules' names
-        named, starred = _reexports(text)
+        named, starred = reexports(text)
         runs = any(_runs_backward(workspace, str(found), source, len(dots), original, out, depth + 1)
                    for dots, source, original in [*named.get(name, ()), *((d, m, name) for d, m in starred)])
     out[str(found)] = out.get(str(found)) or runs
     return runs
-
-
-_FROM_IMPORT = re.compile(r"^from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
-
-
-@lru_cache(maxsize=64)
-def _reexports(text: str) -> tuple[dict, list]:
-    """What a module's top-level `from <dots><module> import ...` statements bind (not those under
-    an `if TYPE_CHECKING:` or a `try:`): {name: [(dots, module, the
-    name there)]} (`from .policy import SACPolicy`, `from .policy import Policy as SACPolicy`), and
-    [(dots, module)] of its star imports.  Once per text: a package's `__init__` is asked for
-    every name a file imports from it."""
-    named: dict = {}
-    starred = []
-    for found in _FROM_IMPORT.finditer(text):
-        for alias in re.sub(r"#[^\n]*", "", found.group(3)).strip("() \t\n").split(","):
-            parts = alias.split()
-            if parts == ["*"]:
-                starred.append((found.group(1), found.group(2)))
-            elif len(parts) in (1, 3) and parts[0].isidentifier():
-                named.setdefault(parts[-1], []).append((found.group(1), found.group(2), parts[0]))
-    return named, starred
 
 
 REEXPORTS = 3  # packages re-exporting from packages: `pkg/__init__` -> `pkg/models/__init__` -> `pkg/models/net`

@@ -17,7 +17,6 @@ from gradguard.notebook import Cells, line_label
 from gradguard.spans import Positions
 
 
-
 def position(node) -> tuple:
     """Where a node is, as a sort key that never ties two nodes of one tree (a call and the
     call it starts with share their start): sets of nodes and regions iterate in an order

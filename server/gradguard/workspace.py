@@ -55,7 +55,6 @@ class Module:
         return Positions(self.source)
 
 
-
 MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _ALL = re.compile(r"^__all__\s*(?::[^=]*)?=\s*[\[(]([^\])]*)[\])]", re.M)
 _QUOTED = re.compile(r"""["']([A-Za-z_]\w*)["']""")
@@ -63,7 +62,7 @@ _TOP_NAME = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)|^(\w+)\s*(?::[^=\n]
 _TOP_IMPORT = re.compile(r"^(?:from\s+\S+\s+)?import\s+([\w ,.]+)$", re.M)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4)  # asked twice per analysis of a tree; a bigger cache kept every tree checked alive
 def top_imports(tree: ast.Module) -> list[tuple[str, int, tuple[str, ...]]]:
     """Each module the top level of `tree` imports, as (module, level, the names it binds to
     that module's own names): `from steps import train_step` is ("steps", 0, ("train_step",)),
@@ -80,6 +79,28 @@ def top_imports(tree: ast.Module) -> list[tuple[str, int, tuple[str, ...]]]:
             prefix = f"{node.module}." if node.module else ""
             out += [(prefix + alias.name, node.level, ()) for alias in node.names if alias.name != "*"]
     return out
+
+
+_FROM_IMPORT = re.compile(r"^from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+
+
+@lru_cache(maxsize=64)
+def reexports(text: str) -> tuple[dict, list]:
+    """What a module's top-level `from <dots><module> import ...` statements bind (not those under
+    an `if TYPE_CHECKING:` or a `try:`), read from its text: {name: [(dots, module, the name
+    there)]} (`from .policy import SACPolicy`, `from .policy import Policy as SACPolicy`), and
+    [(dots, module)] of its star imports.  Once per text: a package's `__init__` is asked for
+    every name a file imports from it."""
+    named: dict = {}
+    starred = []
+    for found in _FROM_IMPORT.finditer(text):
+        for alias in re.sub(r"#[^\n]*", "", found.group(3)).strip("() \t\n").split(","):
+            parts = alias.split()
+            if parts == ["*"]:
+                starred.append((found.group(1), found.group(2)))
+            elif len(parts) in (1, 3) and parts[0].isidentifier():
+                named.setdefault(parts[-1], []).append((found.group(1), found.group(2), parts[0]))
+    return named, starred
 
 
 def project_root(directory: Path) -> Path | None:

@@ -751,8 +751,6 @@ class Expressions:
                 if getter and all(isinstance(g, Ref) and g.dotted in ITEM_GETTERS for g in getter):
                     return st.get_attr(obj.id, item_attr(name)) or UNKNOWN
                 return UNKNOWN
-        if obj.kind == "module" and name == "__getattr__":  # `self.__getattr__(f"rcu{i}")`: nn.Module's, which
-            return frozenset({Partial(frozenset({Ref("builtins.getattr")}), (frozenset({obj}),), ())})  # reads as getattr
         if obj.kind == "module":
             return self.module_attribute(obj, name, st, node)
         if obj.kind == "namespace":  # a workspace module: what it does not define stays opaque

@@ -2260,6 +2260,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         return out
 
     def plain_module_attribute(self, m: Obj, name, st, node):
+        if name == "__getattr__":  # `self.__getattr__(f"rcu{i}")`: nn.Module's own, which reads as getattr
+            return frozenset({Partial(frozenset({Ref("builtins.getattr")}), (frozenset({m}),), ())})
         kind = self.cx.module_kind.get(m.id)
         if name in self.slots(m, st):
             return st.get_attr(m.id, name) or UNKNOWN
