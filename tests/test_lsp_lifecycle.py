@@ -382,6 +382,31 @@ def test_a_worker_that_dies_or_overruns_is_replaced():
     asyncio.run(run())
 
 
+def test_a_document_stays_on_its_worker_while_that_one_is_free():
+    """A document's analyses go to the worker that analysed it last (which keeps its last tree
+    and the modules it imports), unless that one is busy; with nothing else running, a new
+    document goes to the worker free last, so an idle pool keeps one worker's caches warm."""
+    async def run():
+        workers = Workers(2)
+        workers.start()
+        try:
+            first = await workers.run(os.getpid, home="a.py")
+            assert await workers.run(os.getpid, home="b.py") == first  # the worker free last
+            assert [await workers.run(os.getpid, home="a.py") for _ in range(3)] == [first] * 3
+            busy = asyncio.ensure_future(workers.run(time.sleep, 1, home="b.py"))  # on `first`
+            await asyncio.sleep(0.2)
+            other = await workers.run(os.getpid, home="a.py")  # its worker is busy: the other one
+            assert other != first
+            await busy
+            assert await workers.run(os.getpid, home="a.py") == other  # its new home
+            assert await workers.run(os.getpid, home="b.py") == first
+            workers.forget("a.py")  # closed: opened again, it goes to the worker free last
+            assert await workers.run(os.getpid, home="a.py") == first
+        finally:
+            workers.stop()
+    asyncio.run(run())
+
+
 def test_an_analysis_that_fails_is_reported_and_the_next_text_is_analysed():
     """Whatever fails around an analysis (here the editor settings it needs) ends in a result
     that says so, GG000 at line 1, and the document's analyses go on: the next text gets its

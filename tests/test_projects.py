@@ -20,6 +20,7 @@ from corpus_support import assert_torch_agrees, expectation, run_oracle
 from gradguard.api import check_file, check_source
 from gradguard.cache import Cache, check_cached
 from gradguard.config import Config
+from gradguard import workspace
 from gradguard.rules import ALL_RULES
 
 HERE = Path(__file__).parent / "projects"
@@ -66,6 +67,20 @@ def test_an_error_raised_inside_an_imported_module_is_reported_at_the_call(main)
     assert Path(first.span.path) == module.resolve() and first.message == "raises here"
     assert raising in module.read_text().splitlines()[first.span.line - 1]
     assert f"at line {first.span.line} of {name}" in finding.message
+
+
+def test_modules_forgotten_to_bound_memory_are_read_again_alike(monkeypatch):
+    """A process keeps parsed modules up to `KEPT_TEXT` of text: past it, the oldest are parsed
+    again when imported again, with the same findings."""
+    monkeypatch.setattr(workspace, "KEPT_TEXT", 1)  # every module but the last loaded is forgotten
+    ws = workspace.Workspace(HERE / "cases")
+    for main in MAINS:
+        kind, line = expectation(HERE / "cases" / main)
+        result = check_source((HERE / "cases" / main).read_text(), str(HERE / "cases" / main), Config(), workspace=ws)
+        assert result.error is None
+        assert {(f.span.line, PREDICTS[f.code]) for f in result.findings if PREDICTS[f.code]} == \
+            (set() if kind == "clean" else {(line, kind)})
+        assert len(ws._parsed) == 1
 
 
 def test_follow_imports_false_analyses_the_file_alone():

@@ -23,6 +23,7 @@ from gradguard.engine.limits import AnalysisTimeout, Limits, TooComplex
 from gradguard.facts import Facts
 from gradguard.findings import Finding
 from gradguard.notebook import Cells
+from gradguard.reparse import Reparser
 from gradguard.rules import ALL_RULES
 from gradguard.rules.base import FindingsRule
 from gradguard.workspace import reexports, top_imports
@@ -78,15 +79,19 @@ def analyze(source: str, *, path: str = "<string>", deadline: float | None = Non
 
 
 def run(source: str, *, path: str = "<string>", deadline: float | None = None,
-        workspace=None, cells: Cells = (), limits: Limits = Limits()) -> tuple[list[Finding], Facts | None]:
+        workspace=None, cells: Cells = (), limits: Limits = Limits(),
+        reparser: Reparser | None = None) -> tuple[list[Finding], Facts | None]:
     """Findings and the facts behind them (the language server's hover reads the facts);
     facts are None for a file with nothing to analyse.  A finding is reported in the file
     analysed; one whose line is in an imported module is that module's to report.  `cells`:
-    where a notebook's cells start in `source`, for the lines messages name."""
+    where a notebook's cells start in `source`, for the lines messages name.  `reparser`: the
+    document's last tree, to parse again only the statements an edit changed."""
     if deadline is not None:  # the engine stops early enough for the rest to end by `deadline`
         deadline -= WIND_DOWN * max(0.0, deadline - time.monotonic())
     with _collector_paused():
-        return _run(source, path, deadline, workspace, cells, limits)
+        tree = parse(source, path, deadline) if reparser is None else \
+            reparser.parse(source, path, lambda text: parse(text, path, deadline))
+        return _run(source, tree, path, deadline, workspace, cells, limits)
 
 
 # Share of the time allowed kept for after the engine stops: freeing the values it built
@@ -113,8 +118,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _run(source: str, path: str, deadline: float | None, workspace, cells: Cells, limits: Limits):
-    tree = parse(source, path, deadline)
+def _run(source: str, tree: ast.Module, path: str, deadline: float | None, workspace, cells: Cells, limits: Limits):
     # A script without a backward of its own can still run one in the modules it imports: one
     # that calls an imported training step raises where it calls it.  Whether one has a
     # backward is read from their texts: a result depends on them (`Facts.read`, for the cache).

@@ -30,6 +30,7 @@ from gradguard.facts import Facts
 from gradguard.findings import FileResult, Finding, Span
 from gradguard.ignore import Ignores, patterns
 from gradguard.notebook import Cells, locate, notebook_source
+from gradguard.reparse import Reparser
 from gradguard.suppress import Noqa
 from gradguard.workspace import Workspace
 
@@ -116,10 +117,11 @@ def display_path(path: str) -> str:
 
 
 def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
-                 workspace: Workspace | None = None) -> Checked:
+                 workspace: Workspace | None = None, reparser: Reparser | None = None) -> Checked:
     """Analyse `text` within `config.timeout` seconds and keep the findings `config` selects;
     imports of the project's own modules are followed (`workspace`, by default the one of
-    the project `config` came from)."""
+    the project `config` came from).  `reparser`: what an editor's process knows of the
+    document's last text, to parse only what changed."""
     result = Checked(path, cells=cells)
     if not config.enabled:
         return result
@@ -128,7 +130,7 @@ def check_source(text: str, path: str, config: Config, *, cells: Cells = (),
         return result.failed(f"syntax error: source contains {unreadable[1]}", text.count("\n", 0, unreadable[0]) + 1)
     try:
         findings, result.facts = run(text, path=path, deadline=time.monotonic() + config.timeout,
-                                     workspace=workspace_for(config, workspace), cells=cells)
+                                     workspace=workspace_for(config, workspace), cells=cells, reparser=reparser)
         result.modules = tuple(dict.fromkeys([*(m.path for m in result.facts.modules), *result.facts.read])) \
             if result.facts is not None else ()
     except SyntaxError as exc:

@@ -10,6 +10,9 @@ function renumbers nothing outside it, and the same text parsed anywhere numbers
 
 `number(tree, module)` gives every node its id once, after parsing, as the attribute
 `gid`; `gid(node)` reads it (as fast as `id(node)`), and `Index(tree)` finds a node by it.
+A scope's node also keeps the name its own nodes were numbered under (`scope`): a tree put
+together from statements of an earlier one (`reparse`) numbers again only the scopes whose
+names changed and the nodes new to it.
 """
 from __future__ import annotations
 
@@ -42,7 +45,10 @@ def number(tree: ast.AST, module: str) -> ast.AST:
             if isinstance(node, _SCOPES):
                 name = node.name if isinstance(node, _NAMED) else _SCOPE_NAMES[type(node)]
                 count = seen[name] = seen.get(name, 0) + 1
-                todo.append((node, (f"{qual}." if qual else "") + (name if count == 1 else f"{name}@{count}")))
+                inner = (f"{qual}." if qual else "") + (name if count == 1 else f"{name}@{count}")
+                if getattr(node, "scope", None) != f"{module}:{inner}":  # else numbered so already (`reparse`)
+                    node.scope = f"{module}:{inner}"
+                    todo.append((node, inner))
                 continue
             more = _children(node)
             more.reverse()

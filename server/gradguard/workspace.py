@@ -31,7 +31,11 @@ from gradguard.environment import user_code
 from gradguard.ids import number
 from gradguard.spans import LINE_BREAK, Positions
 
-KEPT = 16  # parsed modules kept for the next analysis (a walk checks neighbours, which import alike)
+# Parsed modules kept for the next analysis (a walk checks neighbours, which import alike): at
+# most this many, and this much text between them, as a tree with its ids takes some eighty
+# times its text's memory (16 modules of a large project's 50 KB each were 64 MB per process).
+KEPT = 16
+KEPT_TEXT = 200_000
 MAX_BYTES = 200_000  # a module bigger than this stays opaque: its analysis would not fit a file's budget
 
 
@@ -230,7 +234,10 @@ class Workspace:
         except (OSError, SyntaxError, ValueError, UnicodeDecodeError, LookupError, RecursionError, MemoryError):
             module = None  # unreadable or broken: opaque, like a module without source
         self._parsed[key] = (stamp, module)
-        if len(self._parsed) > KEPT:  # parsed trees are many objects: the collector walks every one kept
+        while len(self._parsed) > 1 and (len(self._parsed) > KEPT or self._kept_text() > KEPT_TEXT):
             self._parsed.popitem(last=False)
         return module
+
+    def _kept_text(self) -> int:
+        return sum(len(module.source) for _, module in self._parsed.values() if module is not None)
 

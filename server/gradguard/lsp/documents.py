@@ -28,7 +28,8 @@ from gradguard import portable
 from gradguard.api import Checked
 from gradguard.config import Config, ConfigError, load_config
 from gradguard.facts import Facts
-from gradguard.lsp.workers import Workers, analyse
+from gradguard.lsp.worker import analyse
+from gradguard.lsp.workers import Workers
 from gradguard.workspace import Workspace
 
 # The engine stops an analysis when its `timeout` is spent; one still running at twice that and
@@ -112,12 +113,13 @@ class Analyses:
             state.worker = asyncio.ensure_future(self._work(uri, state))
 
     async def check(self, text: str, path: str, config: Config, cells=(),
-                    facts: bool = True) -> tuple[Checked, bytes | None]:
-        """`text` analysed in a worker (`workers.analyse`), with the open documents' texts for its
-        imports; whatever goes wrong is a failed `Checked`, never an exception."""
+                    facts: bool = True, home: str | None = None) -> tuple[Checked, bytes | None]:
+        """`text` analysed in a worker (`worker.analyse`), with the open documents' texts for its
+        imports; whatever goes wrong is a failed `Checked`, never an exception.  `home`: the open
+        document it is, analysed on the worker that analysed it last when that one is free."""
         try:
             return await self.workers.run(analyse, text, path, config, cells, dict(self.workspace.overlay), facts,
-                                          limit=OVERTIME * config.timeout + 5)
+                                          limit=OVERTIME * config.timeout + 5, home=home)
         except TimeoutError:
             return Checked(path).failed(f"not analysed: time budget of {config.timeout:g}s spent (setting 'timeout'); "
                                         f"the analysis did not stop and was killed"), None
@@ -136,7 +138,7 @@ class Analyses:
                 state.request = None
                 try:
                     config, problem = self.config_for(path, await self.settings_of(uri))
-                    checked, sent = await self.check(text, path or uri, config, cells)
+                    checked, sent = await self.check(text, path or uri, config, cells, home=uri)
                 except Exception as exc:  # a bug here must not stop the document's analyses
                     checked, sent, problem = self._internal_error(path or uri, exc), None, None
                 if self.docs.get(uri) is not state:
@@ -189,6 +191,7 @@ class Analyses:
 
     def close(self, uri: str) -> None:
         state = self.docs.pop(uri, None)
+        self.workers.forget(uri)
         if state is not None and state.path:
             self.workspace.set_text(state.path, None)
         if state is not None and state.worker is not None:

@@ -15,7 +15,7 @@ editor's unsaved texts of the open files (imports read them) on the way in; the 
 the facts behind them (`portable`: their syntax nodes as stable ids) on the way back, for
 the server to answer hovers with.
 
-A worker is a plain `python -c` subprocess (`serve`) that reads pickled jobs from its stdin
+A worker is a plain `python -c` subprocess (`worker.serve`) that reads pickled jobs from its stdin
 and writes the results to its stdout, both pipes of the server's own.  Not `multiprocessing`:
 forking would copy the server's threads' locks in whatever state they were (the thread that
 reads stdin holds its buffer's), and spawning starts a resource tracker that keeps the
@@ -26,26 +26,17 @@ process behind.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO
 
-from gradguard import portable
-from gradguard.api import Checked, check_source
-from gradguard.config import Config
-from gradguard.notebook import Cells
-from gradguard.workspace import Workspace
+from gradguard.lsp.worker import receive, send
 
 MAX_WORKERS = 4
 # A worker's program: the server's `sys.path` (its arguments), then `serve`.
-SERVE = "import sys; sys.path[:] = sys.argv[1:]; from gradguard.lsp.workers import serve; serve()"
+SERVE = "import sys; sys.path[:] = sys.argv[1:]; from gradguard.lsp.worker import serve; serve()"
 
 
 def pool_size() -> int:
@@ -64,8 +55,10 @@ class WorkerDied(RuntimeError):
 class Workers:
     def __init__(self, size: int | None = None):
         self.size = size or pool_size()
-        self._idle: asyncio.Queue | None = None  # workers waiting for a job (made in the event loop)
+        self._idle: list[_Worker] = []  # workers waiting for a job, the one free last at the end
+        self._freed: asyncio.Event | None = None  # set when a worker joins `_idle` (made in the event loop)
         self._live: set[_Worker] = set()
+        self._homes: dict = {}  # a document -> the worker that analysed it last (see `run`)
         self._threads = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="gradguard-worker-io")
         self._stopped = False
 
@@ -73,15 +66,20 @@ class Workers:
         """Start every worker now (each takes a moment to start Python and import the analysis),
         so the first documents opened are analysed at once, side by side."""
         while len(self._live) < self.size:
-            self._queue().put_nowait(self._spawn())
+            self._release(self._spawn())
 
-    async def run(self, fn, *args, limit: float | None = None):
+    async def run(self, fn, *args, limit: float | None = None, home=None):
         """`fn(*args)` (a module-level function: it is pickled by name) in a worker: its result,
         or its exception; `TimeoutError` past `limit` seconds, `WorkerDied` if two workers died
-        under it.  Cancelling the caller does not stop the job: its worker is free once it is done."""
+        under it.  Cancelling the caller does not stop the job: its worker is free once it is done.
+        `home`: a document whose analyses should stay on one worker, which keeps what it learnt of
+        the document (its last tree, see `reparse`; the modules it imports): its last worker if
+        that one is free, else any that is."""
         job = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
         for retry in (False, True):
-            worker = await self._take()
+            worker = await self._take(home)
+            if home is not None:
+                self._homes[home] = worker
             exchange = asyncio.ensure_future(self._exchange(worker, job, limit))
             exchange.add_done_callback(_retrieve)
             try:
@@ -102,10 +100,14 @@ class Workers:
             self._drop(worker)
         self._threads.shutdown(wait=False, cancel_futures=True)
 
-    def _queue(self) -> asyncio.Queue:
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-        return self._idle
+    def forget(self, home) -> None:
+        """The document is closed: no worker is its home any more."""
+        self._homes.pop(home, None)
+
+    def _release(self, worker: _Worker) -> None:
+        self._idle.append(worker)
+        if self._freed is not None:
+            self._freed.set()
 
     def _spawn(self) -> _Worker:
         if self._stopped:
@@ -114,11 +116,20 @@ class Workers:
         self._live.add(worker)
         return worker
 
-    async def _take(self) -> _Worker:
-        idle = self._queue()
-        if idle.empty() and len(self._live) < self.size:
+    async def _take(self, home) -> _Worker:
+        if not self._idle and len(self._live) < self.size:
             return self._spawn()
-        return await idle.get()
+        while not self._idle:
+            if self._freed is None:
+                self._freed = asyncio.Event()
+            self._freed.clear()
+            await self._freed.wait()
+        preferred = self._homes.get(home)
+        # else the one free last: its caches are warm (the modules a project's files import alike),
+        # and a pool that is never busy keeps one worker's memory, not every worker's
+        worker = preferred if preferred in self._idle else self._idle[-1]
+        self._idle.remove(worker)
+        return worker
 
     async def _exchange(self, worker: _Worker, job: bytes, limit: float | None) -> bytes:
         """Send the job to the worker and return its answer, the worker back in the queue."""
@@ -131,15 +142,19 @@ class Workers:
         except (OSError, EOFError) as exc:
             self._drop(worker)
             raise WorkerDied(f"the analysis process ended (exit status {worker.proc.poll()}): {exc}") from None
-        self._queue().put_nowait(worker)
+        self._release(worker)
         return answer
 
     def _drop(self, worker: _Worker) -> None:
         """Kill a busy worker (or all, when stopping) and put a new one in its place."""
         self._live.discard(worker)
+        if worker in self._idle:  # stopping
+            self._idle.remove(worker)
+        for home in [h for h, w in self._homes.items() if w is worker]:
+            del self._homes[home]
         worker.kill()
         if not self._stopped:
-            self._queue().put_nowait(self._spawn())
+            self._release(self._spawn())
 
 
 def _retrieve(task: asyncio.Future) -> None:
@@ -157,87 +172,11 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def exchange(self, job: bytes) -> bytes:
-        _send(self.proc.stdin, job)
-        return _receive(self.proc.stdout)
+        send(self.proc.stdin, job)
+        return receive(self.proc.stdout)
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()  # reaped before the server exits: an editor may check that none outlives it
         for pipe in (self.proc.stdin, self.proc.stdout):
             pipe.close()
-
-
-def _send(stream: BinaryIO, data: bytes) -> None:
-    stream.write(len(data).to_bytes(8, "big") + data)
-    stream.flush()
-
-
-def _receive(stream: BinaryIO) -> bytes:
-    """One message; EOFError when the other side is gone."""
-    head = stream.read(8)
-    data = stream.read(int.from_bytes(head, "big")) if len(head) == 8 else b""
-    if len(head) < 8 or len(data) < int.from_bytes(head, "big"):
-        raise EOFError("no answer")
-    return data
-
-
-def serve() -> None:
-    """A worker's life: a job `(fn, args)` from stdin, `(True, result)` or `(False, exception)`
-    to stdout, until stdin closes (the server is gone)."""
-    jobs, answers = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt the answers
-    _die_with(os.getppid())
-    while True:
-        try:
-            fn, args = pickle.loads(_receive(jobs))
-        except EOFError:
-            return
-        try:
-            answer = (True, fn(*args))
-        except Exception as exc:  # the caller's to handle, as if it had run the function itself
-            answer = (False, exc)
-        try:
-            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # an answer that does not pickle
-            data = pickle.dumps((False, RuntimeError(f"the answer of {fn.__name__} cannot be sent: {exc}")))
-        _send(answers, data)
-
-
-def _die_with(server_pid: int) -> None:
-    """End the worker when the server is gone, an analysis under way not waited for: on Linux
-    the kernel kills it at once (`PR_SET_PDEATHSIG`), even in C code that holds the GIL, and
-    everywhere a thread watches for a new parent."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-    threading.Thread(target=_exit_with, args=(server_pid,), daemon=True).start()
-
-
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _exit_with(server_pid: int) -> None:
-    """End the worker when the server is gone (it may have gone before the signal was asked for)."""
-    while os.getppid() == server_pid:
-        time.sleep(0.5)
-    os._exit(1)
-
-
-_workspace = Workspace()  # a worker's: the parsed modules its analyses read, and the editor's texts
-
-
-def analyse(text: str, path: str, config: Config, cells: Cells, overlay: dict[str, str],
-            facts: bool = True) -> tuple[Checked, bytes | None]:
-    """`api.check_source` in a worker, following imports into the project's modules with the
-    editor's texts of the open ones (`overlay`), and its facts as `portable` bytes (if
-    `facts`: a file that is not open needs none for hovers)."""
-    for gone in set(_workspace.overlay) - set(overlay):
-        _workspace.set_text(gone, None)
-    for open_path, open_text in overlay.items():
-        _workspace.set_text(open_path, open_text)
-    checked = check_source(text, path, config, cells=cells, workspace=_workspace)
-    sent = portable.dumps(checked.facts) if facts and checked.facts is not None else None
-    checked.facts = None
-    return checked, sent
