@@ -2,9 +2,10 @@
 
 An analysis is pure Python and CPU-bound: threads would take turns on one core (the GIL),
 and with the one analysis thread the server had, a file that takes 20 seconds held back every
-other document's diagnostics and hovers.  Worker processes run side by side, one per core: at
-least two, so a small document is never queued behind a huge one, and at most four, as each
-keeps its own parsed modules.  Each takes one job at a time, so the server knows which worker
+other document's diagnostics and hovers.  Worker processes run side by side, up to one per
+core: at least two, so a small document is never queued behind a huge one, and at most four,
+as each keeps its own parsed modules; one starts with the server, the others when a job
+finds every worker busy.  Each takes one job at a time, so the server knows which worker
 runs what: a worker that dies (a C stack overflow, the kernel's out-of-memory killer) fails
 only its own job, which is tried once more on a new worker; a job still running at `limit`
 seconds (the engine stops itself when its time budget is spent; this is for when it does
@@ -63,9 +64,11 @@ class Workers:
         self._stopped = False
 
     def start(self) -> None:
-        """Start every worker now (each takes a moment to start Python and import the analysis),
-        so the first documents opened are analysed at once, side by side."""
-        while len(self._live) < self.size:
+        """Start one worker now (it takes a moment to start Python and import the analysis), so
+        the first document opened is analysed at once.  The others start when a job finds every
+        worker busy, and stay: an editor that analyses one document at a time keeps one
+        worker's memory (36 MB and the modules it parsed), not one per core."""
+        if not self._live:
             self._release(self._spawn())
 
     async def run(self, fn, *args, limit: float | None = None, home=None):
