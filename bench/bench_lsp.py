@@ -7,7 +7,8 @@ Starts `python -m gradguard lsp` over stdio, opens a ~2,000-line training script
 default the corpus cases joined into one module: real training code with real bugs) and
 measures how long until the diagnostics for that version arrive; then makes N small edits
 (a number changed inside the file, one keystroke each, waiting for each version's
-diagnostics) and reports p50/p95, and the peak resident memory of the server and its worker
+diagnostics) and reports p50/p95, the same for a line typed in one character at a time
+(most of its texts do not parse), and the peak resident memory of the server and its worker
 processes (Linux).  The same run times `ast.parse` and the analysis of the text in this
 process as baselines, so the figures can be read as ratios on any machine.
 With --workspace, the server's root is DIR (a large project) and it opens, one after the
@@ -152,6 +153,10 @@ async def measure(text: str, edits: int) -> dict:
         arrived[params.version] = time.perf_counter()
         wake.set()
 
+    @client.feature(types.WINDOW_LOG_MESSAGE)
+    def log(ls, params):  # a text that does not parse is logged: not this report's to print
+        pass
+
     env = dict(os.environ, PYTHONPATH=str(REPO / "server"))
     await client.start_io(sys.executable, "-m", "gradguard", "lsp", env=env)
     await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
@@ -171,21 +176,42 @@ async def measure(text: str, edits: int) -> dict:
     lines = text.splitlines()
     row = next(i for i, line in enumerate(lines) if "manual_seed(0)" in line)
     col = lines[row].index("0")
-    latencies = []
-    for version in range(2, edits + 2):
-        digit = str(version % 10)
+    latencies, typed = [], []
+
+    async def change(version: int, start: tuple, end: tuple, new: str) -> float:
         sent = time.perf_counter()
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
             content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(start=types.Position(line=row, character=col),
-                                  end=types.Position(line=row, character=col + 1)), text=digit)]))
-        latencies.append(await until(version) - sent)
+                range=types.Range(start=types.Position(line=start[0], character=start[1]),
+                                  end=types.Position(line=end[0], character=end[1])), text=new)]))
+        return await until(version) - sent
+    for version in range(2, edits + 2):
+        latencies.append(await change(version, (row, col), (row, col + 1), str(version % 10)))
+    # a line typed one character at a time after that one: most of its texts do not parse
+    version = edits + 2
+    at = (row + 1, 0)
+    for k, ch in enumerate(TYPED_LINE):
+        typed.append((await change(version, at, at, ch), _parses(lines, row + 1, TYPED_LINE[:k + 1])))
+        at = (at[0] + 1, 0) if ch == "\n" else (at[0], at[1] + 1)
+        version += 1
     peak = server_memory.peak(client._server.pid) if client._server is not None else None
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    return {"open": opened, "edits": latencies, "peak": peak}
+    return {"open": opened, "edits": latencies, "typed": typed, "peak": peak}
+
+
+TYPED_LINE = "    scale = torch.ones(dim) * 0.5\n"
+
+
+def _parses(lines: list[str], row: int, typed: str) -> bool:
+    """Whether the text with `typed` inserted at the start of line `row` parses."""
+    try:
+        ast.parse("\n".join(lines[:row]) + "\n" + typed + "\n".join(lines[row:]) + "\n")
+    except SyntaxError:
+        return False
+    return True
 
 
 def main() -> int:
@@ -222,6 +248,11 @@ def report(text: str, edits: int) -> None:
     print(f"open -> diagnostics {result['open'] * ms:6.1f} ms  ({result['open'] / parse:.1f}x ast.parse)")
     print(f"edit -> diagnostics p50 {p50 * ms:6.1f} ms  ({p50 / parse:.1f}x ast.parse)   "
           f"p95 {p95 * ms:6.1f} ms  ({p95 / parse:.1f}x)   over {len(result['edits'])} edits")
+    for title, times in (("typing a line", [t for t, _ in result["typed"]]),
+                         ("  of which parse", [t for t, parses in result["typed"] if parses])):
+        t50, t95 = percentile(times, 0.5), percentile(times, 0.95)
+        print(f"{title:19} p50 {t50 * ms:6.1f} ms  ({t50 / parse:.1f}x ast.parse)   "
+              f"p95 {t95 * ms:6.1f} ms  ({t95 / parse:.1f}x)   over {len(times)} keystrokes")
     if result["peak"] is not None:
         print(f"server peak memory {result['peak'] / 2**20:6.1f} MB with its workers (goal: at most 150 MB)")
 
