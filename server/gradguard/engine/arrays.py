@@ -101,6 +101,21 @@ def joined(name: str, arrays: list, kwargs: dict):
     return frozenset({Array(shape, dtypes.pop() if len(dtypes) == 1 else None)})
 
 
+def from_numbers(name: str, items: tuple, kwargs: dict):
+    """`np.array([1, 2, 3])`, `np.array([])`: the array of a list of Python numbers known item by
+    item, of one dimension of their count (float64 when empty or when one is a float, int64 when
+    all are ints); None if it is not one."""
+    if name not in K.NUMPY_ARRAYS.from_numbers or not set(kwargs) <= {"dtype"}:
+        return None
+    atoms = [next(iter(i)) if len(i) == 1 else None for i in items]
+    if not all(isinstance(a, Num) or isinstance(a, Const) and type(a.value) in (int, float) for a in atoms):
+        return None
+    kinds = {type(a.value) if isinstance(a, Const) else None for a in atoms}
+    dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else "int64" if kinds == {int} else \
+        "float64" if None not in kinds else None
+    return frozenset({Array((len(items),), dtype)})
+
+
 def array_method(a: Array, name: str, args: list):
     if name == "astype" and args:
         return frozenset({Array(a.shape, dtype_name(args[0]))})

@@ -817,7 +817,10 @@ class Expressions:
 
     def subscript(self, base, index, st, node):
         out = EMPTY
+        number = all(isinstance(i, Num) or isinstance(i, Const) and type(i.value) is int for i in index)
         for a in base:
+            if number and index and self.surely_empty(a, st):
+                continue  # `np.array([])[i]`, `()[i]`: an IndexError, so this is not what it is if it goes on
             if isinstance(a, Tensor):
                 out = join(out, self.index_tensor(frozenset({a}), index, st, node))
             elif isinstance(a, Array):
@@ -858,6 +861,15 @@ class Expressions:
             else:
                 out = join(out, UNKNOWN)
         return out if out else UNKNOWN
+
+    def surely_empty(self, a, st) -> bool:
+        """Whether a sequence atom has no items: an array whose first size is 0, an empty tuple,
+        a list known item by item to have none (a number indexes none of them)."""
+        if isinstance(a, Array):
+            return bool(a.shape) and a.shape[0] == 0
+        if isinstance(a, Tup):
+            return not a.items
+        return isinstance(a, Obj) and a.kind == "list" and self.exact_items(frozenset({a}), st) == ()
 
     # ----------------------------------------------------------------- calls
     def expr_Call(self, node, st):

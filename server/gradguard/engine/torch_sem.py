@@ -19,7 +19,9 @@ from dataclasses import replace
 
 from gradguard import knowledge as K
 from gradguard.engine.arguments import ArgumentParsers
-from gradguard.engine.arrays import Arrays, array_method, array_of, call_numpy, fill_dtype, joined, tensor_from_array
+from gradguard.engine.arrays import (
+    Arrays, array_method, array_of, call_numpy, fill_dtype, from_numbers, joined, tensor_from_array,
+)
 from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
@@ -1390,6 +1392,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     self.to_numpy(node, arg_node, arg, kwargs, st, sequence=True)
         if dotted.startswith("numpy.") and len(args) == 1 and is_sequence(args[0]):
             items = self.exact_items(args[0], st)
+            if items is not None and (made := from_numbers(dotted[6:], items, kwargs)) is not None:
+                return made
             arrays = [array_of(i) for i in items] if items is not None else None
             # (arrays not known one by one: the one standing for all gives the dtype, not the shape)
             made = joined(dotted[6:], arrays, kwargs) if arrays is not None else \
