@@ -135,6 +135,7 @@ class Context:
         self.nested_withs: dict = {}  # `with a, b:` -> the `with a: with b:` it runs as
         self.unrolled_work = 1  # the product of the item counts of the loops being unrolled (see `unrolls`)
         self.statement_counts: dict = {}  # loop -> the statements of its body
+        self.has_call: dict = {}  # expression -> whether a call is in it (see `Expressions.held`)
 
 
 def line_now(frames: list[Frame]) -> int | None:

@@ -266,8 +266,24 @@ class Expressions:
 
     def expr_BinOp(self, node, st):
         left = self.eval(node.left, st)
-        right = self.eval(node.right, st)
+        left, right = self.held(node, left, node.right, st)
         return self.binop(node, node.op, left, right, st, node.left, node.right)
+
+    def held(self, node, value, later, st):
+        """(`value`, the value of `later`): an operand evaluated first kept in the heap while a
+        call in `later` runs, so that what the call frees or modifies in place marks it as it
+        marks the program's names (`dec(q).sum() + aux(q).sum()`, `aux` adding to `q` in place
+        what `dec`'s graph saved)."""
+        calls = self.cx.has_call.get(later)
+        if calls is None:
+            calls = self.cx.has_call[later] = any(isinstance(n, ast.Call) for n in ast.walk(later))
+        if not calls or tensor_of(value) is None:
+            return value, self.eval(later, st)
+        key = ("<operand>", len(self.cx.frames), gid(node))
+        st.heap[key] = {"value": value}
+        out = self.eval(later, st)
+        kept = st.heap.pop(key, None)
+        return (kept["value"] if kept is not None else value), out
 
     def binop(self, node, op, left, right, st, left_node=None, right_node=None):
         name = BIN_DUNDER.get(type(op), "add")
@@ -530,6 +546,11 @@ class Expressions:
         self.patch_library(base, name, v, st)  # `torch.zeros = wrapped`
         holders = [a for a in base if isinstance(a, Obj)]
         for obj in holders:
+            if obj.kind in ("instance", "module") and self.own_setattr(obj, st):
+                # its class's `__setattr__` decides where the value goes (a spiking neuron's state kept
+                # in a dict of memories that `reset()` restores): what the attribute reads is not known
+                st.set_attr(obj.id, name, UNKNOWN, strong=len(holders) == 1)
+                continue
             st.set_attr(obj.id, name, v, strong=len(holders) == 1)
             if obj.kind == "module" and name.isdigit() and (info := self.builtin_info(obj)) is not None \
                     and info.container:  # `setattr(seq, "0", wrapped)`: a Sequential's child by its name
@@ -550,6 +571,12 @@ class Expressions:
         t = tensor_of(base)
         if t is not None:
             self.set_tensor_attribute(base, name, v, st, target)
+
+    def own_setattr(self, obj: Obj, st) -> bool:
+        """Whether the program's class of `obj` (or one of its bases) defines `__setattr__`."""
+        cls = self.cx.obj_class.get(obj.id)
+        found = self.class_lookup(cls, "__setattr__", st) if cls is not None else None
+        return bool(found) and any(isinstance(a, Func) for a in found)
 
     def set_item(self, base, index, v, st, target, stmt):
         if tensor_of(base) is not None:
@@ -627,6 +654,11 @@ class Expressions:
                 row = self.view_of(frozenset({a}), node, st)
                 parts = [self.with_shape(row, a.shape[1:]) if a.shape else row] * n
             elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict"):
+                exact = self.exact_items(frozenset({a}), st)
+                parts = list(exact) if exact is not None and len(exact) == n else \
+                    [self.iter_elements(frozenset({a}), st)] * n
+            elif isinstance(a, Obj) and a.kind == "module" and st.get_attr(a.id, "<layers>"):
+                # a ModuleList's layers (`for attn, ff in self.layers:` over ModuleLists of two)
                 exact = self.exact_items(frozenset({a}), st)
                 parts = list(exact) if exact is not None and len(exact) == n else \
                     [self.iter_elements(frozenset({a}), st)] * n

@@ -428,6 +428,9 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
                 self.cx.managed_funcs.add(s)
             elif isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter", "getter"):
                 value = self.lookup(d.value.id, st) if isinstance(d.value, ast.Name) else None
+            elif isinstance(s, ast.AsyncFunctionDef) and dv and all(isinstance(a, GradMode) for a in dv):
+                pass  # `@torch.no_grad()` on an `async def` switches the mode while the call makes the coroutine,
+                # and back before its body runs, in the mode of whoever awaits it: it does nothing
             elif (mode := self.grad_mode_of(dv)) != "keep" or _may_switch_grad(d):
                 self.cx.grad_funcs[s] = None if mode == "keep" else mode
                 if mode is False and dv and all(isinstance(a, GradMode) and a.inference for a in dv):
