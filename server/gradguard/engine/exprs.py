@@ -141,6 +141,10 @@ class Expressions:
                 items = self.exact_items(v, st) if exact is not None else None
                 elems.append(self.iter_elements(v, st))
                 exact = exact + list(items) if items is not None and exact is not None else None
+            elif exact is not None and len(exact) == len(elems):  # no `*xs` so far: the items are the values
+                elems[:], v = self.held(e, elems, e, st)
+                elems.append(v)
+                exact = list(elems)
             else:
                 elems.append(self.eval(e, st))
                 exact = exact + [elems[-1]] if exact is not None else None
@@ -266,27 +270,38 @@ class Expressions:
 
     def expr_BinOp(self, node, st):
         left = self.eval(node.left, st)
-        left, right = self.held(node, left, node.right, st)
+        (left,), right = self.held(node, [left], node.right, st)
         return self.binop(node, node.op, left, right, st, node.left, node.right)
 
-    def held(self, node, value, later, st):
-        """(`value`, the value of `later`): an operand evaluated first kept in the heap while a
-        call in `later` runs, so that what the call frees or modifies in place marks it as it
+    def held(self, node, values: list, later, st) -> tuple[list, frozenset]:
+        """(`values`, the value of `later`): operands evaluated first kept in the heap while a
+        call in `later` runs, so that what the call frees or modifies in place marks them as it
         marks the program's names (`dec(q).sum() + aux(q).sum()`, `aux` adding to `q` in place
-        what `dec`'s graph saved)."""
+        what `dec`'s graph saved; `loss_fn(f(x), g(x))`)."""
         calls = self.cx.has_call.get(later)
         if calls is None:
             calls = self.cx.has_call[later] = any(isinstance(n, ast.Call) for n in ast.walk(later))
-        if not calls or tensor_of(value) is None:
-            return value, self.eval(later, st)
-        key = ("<operand>", len(self.cx.frames), gid(node))
-        st.heap[key] = {"value": value}
+        keys = [("<operand>", len(self.cx.frames), gid(node), i) for i, v in enumerate(values)
+                if tensor_of(v) is not None] if calls else []
+        if not keys:
+            return values, self.eval(later, st)
+        for key in keys:
+            st.heap[key] = {"value": values[key[-1]]}
         out = self.eval(later, st)
-        kept = st.heap.pop(key, None)
-        return (kept["value"] if kept is not None else value), out
+        values = list(values)
+        for key in keys:
+            kept = st.heap.pop(key, None)
+            if kept is not None:
+                values[key[-1]] = kept["value"]
+        return values, out
 
     def binop(self, node, op, left, right, st, left_node=None, right_node=None):
         name = BIN_DUNDER.get(type(op), "add")
+        for operands, dunder in (([left, right], f"__{name}__"), ([right, left], f"__r{name}__")):
+            methods = self.own_dunder(operands[0], dunder, st)
+            if methods is not None:  # `w_sparse * z`: the program's class says what its operator does
+                return join_all([self.call_value(self.bind_class_member(m, obj, st, node), [operands[1]], {}, st,
+                                                 node) for obj, m in methods])
         if tensor_of(left) is not None and right and all(isinstance(a, Array) and a.ndarray for a in right) \
                 and not isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)):
             # `p - w` of an ndarray: torch declines, numpy's reflected op converts the tensor
@@ -321,6 +336,8 @@ class Expressions:
         folded = _fold(op, left, right)
         if folded is not None:
             return folded
+        if isinstance(op, ast.Mod) and literal_of(left, str) is not None:
+            return UNKNOWN  # a string formatted with what is not known: a text, not a number
         if any(isinstance(a, (Num, Const)) for a in left) and any(isinstance(a, (Num, Const)) for a in right):
             return frozenset({_NUM})
         return UNKNOWN
@@ -571,6 +588,18 @@ class Expressions:
         t = tensor_of(base)
         if t is not None:
             self.set_tensor_attribute(base, name, v, st, target)
+
+    def own_dunder(self, value, name: str, st) -> list | None:
+        """[(instance, the method)] when every alternative of `value` is an instance of a class of
+        the program that defines the operator method `name`, else None."""
+        out = []
+        for a in value:
+            cls = self.cx.obj_class.get(a.id) if isinstance(a, Obj) and a.kind == "instance" else None
+            found = self.class_lookup(cls, name, st) if cls is not None else None
+            if not found or not all(isinstance(f, Func) for f in found):
+                return None
+            out.append((a, found))
+        return out or None
 
     def own_setattr(self, obj: Obj, st) -> bool:
         """Whether the program's class of `obj` (or one of its bases) defines `__setattr__`."""
@@ -915,7 +944,8 @@ class Expressions:
                 args.extend(items if items is not None else [self.iter_elements(v, st)])
                 spread |= items is None
             else:
-                args.append(self.eval(a, st))
+                args[:], v = self.held(a, args, a, st)
+                args.append(v)
         kwargs, unknown_keywords = {}, False
         for k in node.keywords:
             v = self.eval(k.value, st)
@@ -1409,6 +1439,17 @@ def _fold(op, left, right):
     fn = _ARITH.get(type(op))
     if isinstance(op, ast.Add) and literal_of(left, str) is not None and literal_of(right, str) is not None:
         out = literal_of(left, str) + literal_of(right, str)  # `"Conv" + str(d) + "d"`, a name looked up
+        return const(out) if len(out) <= MAX_TEXT else None
+    if isinstance(op, ast.Mod) and (text := literal_of(left, str)) is not None:  # `"gcl_%d" % i`: formatting
+        (r,) = tuple(right) if len(right) == 1 else (None,)
+        values = tuple(literal_of(i, str, int, float) for i in r.items) if isinstance(r, Tup) else \
+            literal_of(right, str, int, float)
+        if values is None or isinstance(values, tuple) and None in values:
+            return None
+        try:
+            out = text % values
+        except (TypeError, ValueError, KeyError, OverflowError):
+            return None
         return const(out) if len(out) <= MAX_TEXT else None
     a, b = int_of(left), int_of(right)
     if isinstance(op, ast.Mod) and a == 0 and b is None:

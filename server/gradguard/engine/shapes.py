@@ -131,6 +131,16 @@ def pieces(shape: Shape, name: str, bound: dict) -> list | None:
     return [shape[:dim] + (n,) + shape[dim + 1:] for n in lengths]
 
 
+def grid(shapes: list, indexing) -> Shape:
+    """The shape of each tensor `torch.meshgrid` returns for 1-D inputs of these `shapes`: every
+    input's size in order (`indexing="ij"`, the default), the first two swapped for "xy"."""
+    how = literal_of(indexing, str) if indexing is not None else "ij"
+    if not shapes or how not in ("ij", "xy") or any(sh is None or len(sh) != 1 for sh in shapes):
+        return None
+    sizes = tuple(sh[0] for sh in shapes)
+    return sizes[1::-1] + sizes[2:] if how == "xy" and len(sizes) > 1 else sizes
+
+
 def reduced(shape: Shape, dim, keepdim) -> Shape:
     """A reduction over `dim` (all of it when `dim` is not given or None)."""
     if dim is None or dim == frozenset({Const(None)}):

@@ -26,7 +26,7 @@ from gradguard.engine.copies import DeepCopies
 from gradguard.engine.datasets import Datasets
 from gradguard.engine.hooks import REGISTER, ModuleHooks
 from gradguard.engine.raises import RaiseChecks, sure_tensor
-from gradguard.engine.shapes import FLOATING, INDEXING, SIZE, Shapes, numel, pieces, several
+from gradguard.engine.shapes import FLOATING, INDEXING, SIZE, Shapes, grid, numel, pieces, several
 from gradguard.engine.shapes import of as shape_of
 from gradguard.engine.state import (
     GLOBALS, NO_FLAGS, RG_BY_NAME, mark_detached, mark_dirty, mark_flag_set, mark_freed, mark_grad_gained,
@@ -1515,6 +1515,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             elements = self.iter_elements(args[0], st) if items is None and is_sequence(args[0]) else None
             return self.with_shape(self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args)),
                                    self.joined_shape(last, items, dim, elements))
+        if last == "meshgrid" and args and set(kwargs) <= {"indexing"}:  # `torch.meshgrid(xs, ys, indexing="ij")`
+            out = self.apply_op(last, node, args, kwargs, st, method=False, arg_nodes=list(node.args))
+            items = args if len(args) > 1 or tensor_of(args[0]) is not None else self.exact_items(args[0], st)
+            shape = grid([shape_of(i) for i in items], kwargs.get("indexing")) if items else None
+            if shape is None or tensor_of(out) is None:
+                return out
+            return frozenset({Tup(tuple(self.with_shape(out, shape) for _ in items))})  # one grid per input
         if last == "set_default_dtype":
             self.cx.default_dtype_set = True  # the factories' dtype is no longer float32 for sure
         if dotted in ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
