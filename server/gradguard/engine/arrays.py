@@ -54,8 +54,8 @@ def call_numpy(name: str, args: list, kwargs: dict):
     given_dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else None
     where = t.sizes.get(name)
     if where == "each":
-        return frozenset({Array(sizes(args), "int64" if name in t.int_factories else "float64")}) \
-            if not kwargs else None
+        return frozenset({Array(sizes(args), "int64" if name in t.int_factories else "float64",
+                                unit=name in t.unit_draws)}) if not kwargs else None
     if where is not None:
         if not set(kwargs) <= {"size", "shape", "dtype"}:
             return None
@@ -66,7 +66,7 @@ def call_numpy(name: str, args: list, kwargs: dict):
         dtype = given_dtype if "dtype" in kwargs else dtype_name(args[after]) if len(args) > after \
             else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
             else None if name == "full" else "int64" if name in t.int_factories else "float64"
-        return frozenset({Array(sizes([given]), dtype)})
+        return frozenset({Array(sizes([given]), dtype, unit=name in t.unit_draws)})
     if name == "linspace" and set(kwargs) <= {"num", "dtype"}:
         num = int_of(kwargs.get("num", args[2] if len(args) > 2 else const(50)))
         return frozenset({Array((num if num is not None and num >= 0 else None,),

@@ -353,6 +353,8 @@ class Expressions:
         if t is None and len(node.ops) == 1:
             t = _fold_compare(node.ops[0], left, vals[0])
         if t is None and len(node.ops) == 1:
+            t = _unit_compare(node.ops[0], left, vals[0])
+        if t is None and len(node.ops) == 1:
             t = self.sequence_compare(node.ops[0], left, vals[0], st)
         if t is None and len(node.ops) == 1:
             t = self.type_compare(node, vals[0], st)
@@ -1463,6 +1465,27 @@ def _fold(op, left, right):
     except ArithmeticError:
         return None
     return const(out) if abs(out) < 2 ** 53 else None
+
+
+def _unit_compare(op, left, right):
+    """`np.random.rand(1) < p` with a known `p`: every value of a uniform draw is in [0, 1), so
+    it is surely below 1 and surely not below 0 (a probability gate set to 1.0 or 0.0)."""
+    flipped = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
+    if not _unit(left) and _unit(right) and type(op) in flipped:
+        op, left, right = flipped[type(op)](), right, left  # `p > r` is `r < p`
+    p = literal_of(right, int, float)
+    if not _unit(left) or p is None:
+        return None
+    if isinstance(op, (ast.Lt, ast.LtE)):
+        return True if p >= 1 else False if p < 0 or p == 0 and isinstance(op, ast.Lt) else None
+    if isinstance(op, (ast.Gt, ast.GtE)):
+        return False if p >= 1 else True if p < 0 or p == 0 and isinstance(op, ast.GtE) else None
+    return None
+
+
+def _unit(v) -> bool:
+    """Whether a value is surely a uniform draw of at most one element (its truth is its value's)."""
+    return bool(v) and all(isinstance(a, Array) and a.unit and a.shape in ((), (1,)) for a in v)
 
 
 def _fold_none_test(op, left):

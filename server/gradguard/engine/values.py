@@ -115,6 +115,7 @@ class Array:
     # surely an ndarray, not a numpy scalar (what `t.numpy()` gives, whatever its shape): a tensor
     # that requires grad in arithmetic with it is converted by numpy (`p - w` raises)
     ndarray: bool = False
+    unit: bool = False  # a uniform draw: every value in [0, 1) (`np.random.rand(1) < p` with p >= 1 holds)
 
 
 @dataclass(frozen=True)

@@ -557,6 +557,7 @@ class NumpyArrays:
     float32: frozenset  # torch functions making a float32 tensor
     joins: Mapping  # `np.stack(arrays)`: "new" (a new first axis) or the axis it joins along by default
     from_numbers: frozenset  # `np.array([1, 2])`, `np.array([])`: an array of a list of Python numbers
+    unit_draws: frozenset  # `np.random.rand(1)`: every value in [0, 1)
 
 
 @dataclass(frozen=True)
@@ -690,7 +691,7 @@ def _api_table(name: str):
         a = api["numpy_arrays"]
         return NumpyArrays(FrozenMap(a["sizes"]), frozenset(a["int_factories"]), frozenset(a["generators"]),
                            frozenset(a["elementwise"]), frozenset(a["keep_dtype"]), frozenset(a["float32"]),
-                           FrozenMap(a["joins"]), frozenset(a["from_numbers"]))
+                           FrozenMap(a["joins"]), frozenset(a["from_numbers"]), frozenset(a["unit_draws"]))
     if name == "RECURRENT_PARAMETERS":
         r = api["modules"]["recurrent_parameters"]
         return RecurrentParameters(tuple(r["layer"]), r["reverse"])
