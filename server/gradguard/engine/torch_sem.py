@@ -2309,6 +2309,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name == "register_module":  # torch's alias of add_module
             name = "add_module"
         if container and (name in ("append", "extend", "insert") or (name == "add_module" and len(args) >= 2)):
+            self.name_layer(m, name, args, st)
             self.grow(m, name if name != "add_module" else "append", args[-1:] if name == "add_module" else args,
                       st, strong, "<layers>")
             if name != "add_module":
@@ -2547,6 +2548,23 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         given = () if defaults is None or defaults == NONE else self.exact_items(defaults, st)
         return frozenset({NamedTupleType(fields).with_defaults(given)})
 
+    LAYER_NAMES = "<layer names>"  # a container's children's names, once one was added under a name of its own
+
+    def name_layer(self, m: Obj, method: str, args, st) -> None:
+        """A container grows: `add_module("conv0", layer)` names the layer `conv0` (torch's
+        `named_parameters` says `cnn.conv0.weight`, not `cnn.0.weight`), `append` by its position;
+        `extend` or `insert` on one whose names are kept, or a name not known, leaves them not known."""
+        names = st.get_attr(m.id, self.LAYER_NAMES)
+        layers = self.exact_items(frozenset({m}), st)
+        key = literal_of(args[0], str) if method == "add_module" else \
+            str(len(layers)) if method == "append" and layers is not None else None
+        if names is None and (method != "add_module" or layers is not None and key == str(len(layers))):
+            return  # named by its position, as every layer so far
+        known = literal_of(names, tuple) if names is not None else \
+            tuple(str(i) for i in range(len(layers))) if layers is not None else None
+        new = known + (key,) if known is not None and key is not None else None
+        st.set_attr(m.id, self.LAYER_NAMES, const(new) if new is not None else UNKNOWN)
+
     def named_children(self, m: Obj, st) -> list | None:
         """`m.named_children()` as torch gives it: each module held by an attribute (a
         container's layers, named by position), in the order they were set, once each; None
@@ -2558,7 +2576,11 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         pairs = self.module_dict_items(m, st)  # a ModuleDict's by key
         if pairs is None and info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
-            pairs = [(str(i), v) for i, v in enumerate(layers)] if layers is not None else None
+            names = st.get_attr(m.id, self.LAYER_NAMES)
+            given = literal_of(names, tuple) if names is not None else None
+            if names is not None and (given is None or layers is None or len(given) != len(layers)):
+                return None
+            pairs = [(given[i] if given else str(i), v) for i, v in enumerate(layers)] if layers is not None else None
         elif pairs is None:
             attrs = st.heap.get(m.id) or {}
             if UNSEEN_ATTRS in attrs:
