@@ -393,8 +393,9 @@ def test_a_document_stays_on_its_worker_while_that_one_is_free():
             first = await workers.run(os.getpid, home="a.py")
             assert await workers.run(os.getpid, home="b.py") == first  # the worker free last
             assert [await workers.run(os.getpid, home="a.py") for _ in range(3)] == [first] * 3
-            busy = asyncio.ensure_future(workers.run(time.sleep, 1, home="b.py"))  # on `first`
-            await asyncio.sleep(0.2)
+            busy = asyncio.ensure_future(workers.run(time.sleep, 2, home="b.py"))  # on `first`
+            while workers._idle:  # until `busy` holds it, however long the machine takes
+                await asyncio.sleep(0)
             other = await workers.run(os.getpid, home="a.py")  # its worker is busy: the other one
             assert other != first
             await busy

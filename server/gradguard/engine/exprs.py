@@ -596,8 +596,7 @@ class Expressions:
         the program that defines the operator method `name`, else None."""
         out = []
         for a in value:
-            cls = self.cx.obj_class.get(a.id) if isinstance(a, Obj) and a.kind == "instance" else None
-            found = self.class_lookup(cls, name, st) if cls is not None else None
+            found = self.own_member(a, name, st) if isinstance(a, Obj) and a.kind == "instance" else None
             if not found or not all(isinstance(f, Func) for f in found):
                 return None
             out.append((a, found))
@@ -605,9 +604,14 @@ class Expressions:
 
     def own_setattr(self, obj: Obj, st) -> bool:
         """Whether the program's class of `obj` (or one of its bases) defines `__setattr__`."""
-        cls = self.cx.obj_class.get(obj.id)
-        found = self.class_lookup(cls, "__setattr__", st) if cls is not None else None
+        found = self.own_member(obj, "__setattr__", st)
         return bool(found) and any(isinstance(a, Func) for a in found)
+
+    def own_member(self, obj: Obj, name: str, st):
+        """What the program's class of the object `obj` (or one of its bases) holds as `name`,
+        or None (no such member, or a class that is not the program's)."""
+        cls = self.cx.obj_class.get(obj.id)
+        return self.class_lookup(cls, name, st) if cls is not None else None
 
     def set_item(self, base, index, v, st, target, stmt):
         if tensor_of(base) is not None:
@@ -684,12 +688,9 @@ class Expressions:
             elif isinstance(a, Tensor):  # its rows (`q, k, v = qkv`): views without the first dimension
                 row = self.view_of(frozenset({a}), node, st)
                 parts = [self.with_shape(row, a.shape[1:]) if a.shape else row] * n
-            elif isinstance(a, Obj) and a.kind in ("list", "generator", "dict"):
-                exact = self.exact_items(frozenset({a}), st)
-                parts = list(exact) if exact is not None and len(exact) == n else \
-                    [self.iter_elements(frozenset({a}), st)] * n
-            elif isinstance(a, Obj) and a.kind == "module" and st.get_attr(a.id, "<layers>"):
-                # a ModuleList's layers (`for attn, ff in self.layers:` over ModuleLists of two)
+            elif isinstance(a, Obj) and (a.kind in ("list", "generator", "dict") or
+                                         a.kind == "module" and st.get_attr(a.id, "<layers>")):
+                # (a container module's layers: `for attn, ff in self.layers:` over ModuleLists of two)
                 exact = self.exact_items(frozenset({a}), st)
                 parts = list(exact) if exact is not None and len(exact) == n else \
                     [self.iter_elements(frozenset({a}), st)] * n
@@ -914,8 +915,7 @@ class Expressions:
                 else:
                     out = join(out, st.get_attr(a.id, "<elems>") or self.iter_elements(frozenset({a}), st))
             elif isinstance(a, Obj) and a.kind == "instance":
-                getitem = self.class_lookup(self.cx.obj_class.get(a.id), "__getitem__", st) \
-                    if self.cx.obj_class.get(a.id) else None
+                getitem = self.own_member(a, "__getitem__", st)
                 if getitem:
                     out = join(out, self.call_value(self.bind_class_member(getitem, a, st, node), [index], {},
                                                     st, node))
@@ -1165,15 +1165,14 @@ class Expressions:
     def iterate_instance(self, obj, st):
         """Elements of `for x in obj`: what `__iter__` yields, or `__next__` returns when
         `__iter__` returns an iterator object (often `self`)."""
-        cls = self.cx.obj_class.get(obj.id)
-        it = self.class_lookup(cls, "__iter__", st) if cls is not None else None
+        it = self.own_member(obj, "__iter__", st)
         if it is None:
             return UNKNOWN
         gen = self.call_value(self.bind_class_member(it, obj, st, None), [], {}, st, self._iter_node(obj))
         out = EMPTY
         for a in gen:
             if isinstance(a, Obj) and a.kind == "instance":
-                nxt = self.class_lookup(self.cx.obj_class.get(a.id), "__next__", st) if self.cx.obj_class.get(a.id) else None
+                nxt = self.own_member(a, "__next__", st)
                 out = join(out, self.call_value(self.bind_class_member(nxt, a, st, None), [], {}, st,
                                                 self._iter_node(a)) if nxt is not None else UNKNOWN)
             else:
