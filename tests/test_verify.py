@@ -115,9 +115,6 @@ NO_FIX = {
                                         "read is the user's choice",
     "state_restore_between_steps_crash.py": "load_state_dict overwrites every parameter: whether the restore should "
                                             "go, or move before the graph is built, is the user's choice",
-    "probability_gate_of_one_mixes_features_in_place_crash.py": "a slice written into an in-place ReLU's output: "
-                                                                "its fix is a copy before the write "
-                                                                "(`x = x.clone()`), an edit not built yet",
 }
 
 

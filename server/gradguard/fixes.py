@@ -732,13 +732,17 @@ def _accumulated(facts: Facts, b: Backward, step: ast.Call) -> Fix | None:
 def _computed_here(facts: Facts, name: ast.Name, stmt: ast.stmt) -> bool:
     """Whether `name` was last given, before `stmt` in its function, a tensor computed there
     (`sim = torch.exp(...)`): a copy of it then changes nothing anyone else sees, unlike a
-    loop variable over `model.buffers()` or an argument."""
+    loop variable over `model.buffers()` or an argument (one given anew on every path, by a
+    statement of the function's own body, `x = self.stem(x)` in `forward(self, x)`, is no
+    longer the caller's)."""
     scope = _function_of(facts, stmt)
     binds = [n for n in facts.nodes(scope, ast.Name) if n.id == name.id
              and isinstance(n.ctx, ast.Store) and before(n, stmt) and _function_of(facts, n) is scope]
-    if not binds or (scope is not None and any(a.arg == name.id for a in scope.args.args)):
+    if not binds:
         return False
     last = statement_of(facts, max(binds, key=position))  # `h = f(x)`, or `out, h = model(x, h)`
+    if scope is not None and any(a.arg == name.id for a in scope.args.args) and facts.parents.get(last) is not scope:
+        return False
     return isinstance(last, ast.Assign) and isinstance(last.value, (ast.Call, ast.BinOp, ast.UnaryOp))
 
 
