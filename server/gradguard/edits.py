@@ -1134,6 +1134,7 @@ _HANDLERS = {
                                                 cst.parse_expression(f"torch.ones_like({e.name})")),
     "mean": _method("mean"),
     "sum": _method("sum"),
+    "freeze_false": lambda doc, e: _set_keyword(doc, e, "freeze", cst.Name("False")),
     "inplace_false": _inplace_false,
     "out_of_place": _out_of_place,
     "detach_before": _insert("{name} = {name}.detach()", after=False),

@@ -849,6 +849,9 @@ def no_grad_fn(facts: Facts, b: Backward) -> tuple[Fix, ...]:
                 if "no_grad" in facts.text(deco) or "inference_mode" in facts.text(deco):
                     fixes.append(Fix(f"Record gradients in `{cut.name}`: remove `@{facts.text(deco)}`",
                                      (edit(facts, "delete", deco),)))
+        elif isinstance(cut, ast.stmt) and (loaded := _pretrained_frozen(facts, cut)) is not None:
+            fixes.append(Fix(f"Train the pretrained weights: `freeze=False` in `{facts.text(loaded, 40)}`",
+                             (edit(facts, "freeze_false", loaded),), applicability="safe"))
         elif isinstance(cut, ast.stmt):  # froze every parameter the loss depends on
             target = cut
             parent = facts.parents.get(cut)
@@ -1138,6 +1141,17 @@ def trainable_leaves(facts: Facts, b: Backward) -> list:
         if assigns:
             out.append((use.id, max(assigns, key=position)))
     return out
+
+
+def _pretrained_frozen(facts: Facts, stmt: ast.stmt) -> ast.Call | None:
+    """The `nn.Embedding.from_pretrained(weights)` call of the statement that froze a layer by
+    default (its `freeze` not given, or given as a keyword)."""
+    for call in facts.nodes(stmt, ast.Call):
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained" and len(call.args) <= 1 \
+                and not any(isinstance(a, ast.Starred) for a in call.args) and not any(
+                    k.arg is None for k in call.keywords):
+            return call
+    return None
 
 
 def _last_name(func) -> str:

@@ -55,7 +55,7 @@ def call_numpy(name: str, args: list, kwargs: dict):
     where = t.sizes.get(name)
     if where == "each":
         return frozenset({Array(sizes(args), "int64" if name in t.int_factories else "float64",
-                                unit=name in t.unit_draws)}) if not kwargs else None
+                                ndarray=bool(args), unit=name in t.unit_draws)}) if not kwargs else None
     if where is not None:
         if not set(kwargs) <= {"size", "shape", "dtype"}:
             return None
@@ -66,30 +66,34 @@ def call_numpy(name: str, args: list, kwargs: dict):
         dtype = given_dtype if "dtype" in kwargs else dtype_name(args[after]) if len(args) > after \
             else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
             else None if name == "full" else "int64" if name in t.int_factories else "float64"
-        return frozenset({Array(sizes([given]), dtype, unit=name in t.unit_draws)})
+        return frozenset({Array(sizes([given]), dtype, ndarray=True, unit=name in t.unit_draws)})
     if name == "linspace" and set(kwargs) <= {"num", "dtype"}:
         num = int_of(kwargs.get("num", args[2] if len(args) > 2 else const(50)))
         return frozenset({Array((num if num is not None and num >= 0 else None,),
-                                given_dtype if "dtype" in kwargs else "float64")})
+                                given_dtype if "dtype" in kwargs else "float64", ndarray=True)})
     if name == "arange" and args and set(kwargs) <= {"dtype"}:
         ints = [int_of(a) for a in args[:3]]
         n = len(range(*ints)) if None not in ints and ints[-1:] != [0] else None
-        return frozenset({Array((n,), given_dtype if "dtype" in kwargs else "int64" if None not in ints else None)})
+        return frozenset({Array((n,), given_dtype if "dtype" in kwargs else "int64" if None not in ints else None,
+                                ndarray=True)})
     like = array_of(args[0]) if args and name in ("zeros_like", "ones_like", "empty_like", "full_like") else None
     if like is not None and set(kwargs) <= {"dtype"}:  # the shape of the array, its dtype unless given
-        return frozenset({Array(like.shape, given_dtype if "dtype" in kwargs else like.dtype)})
+        return frozenset({Array(like.shape, given_dtype if "dtype" in kwargs else like.dtype, ndarray=True)})
     a = array_of(args[0]) if len(args) == 1 and not kwargs else None
     if a is not None and name in t.elementwise:  # a float array keeps its dtype (sqrt of ints is float64)
-        return frozenset({Array(a.shape, a.dtype if a.dtype in _FLOATS else None)})
+        return frozenset({Array(a.shape, a.dtype if a.dtype in _FLOATS else None, ndarray=_nonscalar(a, a.shape))})
     return None
 
 
 def joined(name: str, arrays: list, kwargs: dict):
-    """`np.stack(arrays)`, `np.concatenate(arrays)` of arrays known one by one: their common dtype,
-    and the shape when the axis is the default and the sizes are known; None if it is no join."""
+    """`np.stack(arrays)`, `np.concatenate(arrays)`: an ndarray; of arrays known one by one, their
+    common dtype, and the shape when the axis is the default and the sizes are known; None if it
+    is no join."""
     how = K.NUMPY_ARRAYS.joins.get(name)
-    if how is None or not arrays or any(a is None for a in arrays) or not set(kwargs) <= {"axis"}:
+    if how is None or not set(kwargs) <= {"axis"}:
         return None
+    if not arrays or any(a is None for a in arrays):  # what it joins is not known: an ndarray still
+        return frozenset({Array(None, None, ndarray=True)})
     dtypes = {a.dtype for a in arrays}
     shapes = {a.shape for a in arrays}
     shape = None
@@ -98,7 +102,7 @@ def joined(name: str, arrays: list, kwargs: dict):
     elif not kwargs and how == 0 and all(a.shape for a in arrays) and len({a.shape[1:] for a in arrays}) == 1:
         firsts = [a.shape[0] for a in arrays]
         shape = ((sum(firsts) if None not in firsts else None),) + arrays[0].shape[1:]
-    return frozenset({Array(shape, dtypes.pop() if len(dtypes) == 1 else None)})
+    return frozenset({Array(shape, dtypes.pop() if len(dtypes) == 1 else None, ndarray=True)})
 
 
 def from_numbers(name: str, items: tuple, kwargs: dict):
@@ -113,19 +117,19 @@ def from_numbers(name: str, items: tuple, kwargs: dict):
     kinds = {type(a.value) if isinstance(a, Const) else None for a in atoms}
     dtype = dtype_name(kwargs["dtype"]) if "dtype" in kwargs else "int64" if kinds == {int} else \
         "float64" if None not in kinds else None
-    return frozenset({Array((len(items),), dtype)})
+    return frozenset({Array((len(items),), dtype, ndarray=True)})
 
 
 def array_method(a: Array, name: str, args: list):
     if name == "astype" and args:
-        return frozenset({Array(a.shape, dtype_name(args[0]))})
+        return frozenset({Array(a.shape, dtype_name(args[0]), ndarray=a.ndarray)})
     if name == "copy" and not args:
         return frozenset({a})
     if name == "reshape":
         shape = reshaped(a.shape, args) if a.shape is not None and None not in a.shape else None
-        return frozenset({Array(shape, a.dtype)})
+        return frozenset({Array(shape, a.dtype, ndarray=a.ndarray)})
     if name == "flatten" and not args:
-        return frozenset({Array((numel(a.shape),), a.dtype)})
+        return frozenset({Array((numel(a.shape),), a.dtype, ndarray=a.ndarray)})
     return UNKNOWN
 
 
@@ -142,7 +146,14 @@ def array_binop(op, left, right):
     shape = broadcast([x.shape for x in arrays] + [() for _ in others])
     dtypes = {x.dtype for x in arrays}
     (dtype,) = dtypes if len(dtypes) == 1 else (None,)
-    return frozenset({Array(shape, dtype if dtype in _FLOATS else None)})
+    return frozenset({Array(shape, dtype if dtype in _FLOATS else None,
+                            ndarray=any(_nonscalar(x, shape) for x in arrays))})
+
+
+def _nonscalar(a: Array, shape) -> bool:
+    """Whether numpy's element-wise result of the ndarray `a` is an ndarray: of one dimension or
+    more (a 0-d one gives a numpy scalar)."""
+    return a.ndarray and shape is not None and len(shape) >= 1
 
 
 def array_index(a: Array, index):
@@ -166,7 +177,7 @@ class Arrays:
         if name == "shape":
             return self.sequence_of_sizes(a.shape, st, node)
         if name == "T":
-            return frozenset({Array(tuple(reversed(a.shape)) if a.shape is not None else None, a.dtype)})
+            return frozenset({Array(tuple(reversed(a.shape)) if a.shape is not None else None, a.dtype, ndarray=a.ndarray)})
         if name == "ndim" and a.shape is not None:
             return const(len(a.shape))
         return frozenset({Method(frozenset({a}), name)}) if name.isidentifier() else UNKNOWN

@@ -233,7 +233,8 @@ class Calls:
         frame = Frame(node, ctx, names=(local, glob), module=self.cx.defined_in.get(node))
         frame.call_node = call_node
         frame.on_yield, self.cx.pending_yield = self.cx.pending_yield, None
-        grad = self.cx.grad_funcs.get(node, st.grad)
+        wrapped = func.mode != "keep"  # (a mode wrapping the function decides, not its own decorators)
+        grad = func.mode if wrapped else self.cx.grad_funcs.get(node, st.grad)
         callee = State({}, st.heap, grad, st.statics, st.weak)
         fixed = {name[len(DEFAULT):]: v for name, v in func.closure if name.startswith(DEFAULT)}
         self.bind_params(node, args, kwargs, callee, frame, st, fixed)
@@ -249,10 +250,10 @@ class Calls:
         st.heap[stash] = st.env
         self.cx.frames.append(frame)
         self.cx.active_calls.append(node)
-        no_grad = self.cx.grad_funcs.get(node) is False
+        no_grad = grad is False and (wrapped or self.cx.grad_funcs.get(node) is False)
         if no_grad:
             self.cx.no_grad_sites.append(node)
-        inference = node in self.cx.inference_funcs
+        inference = func.inference if wrapped else node in self.cx.inference_funcs
         if inference:
             self.cx.inference_sites.append(node)
         # the function runs whole on the path where it is the one called: its own ops are not
@@ -283,7 +284,7 @@ class Calls:
         if out is not None:
             st.env = dict(out.heap.pop(stash))
             st.heap = out.heap
-            if out.grad != grad and node not in self.cx.grad_funcs:
+            if out.grad != grad and node not in self.cx.grad_funcs and not wrapped:
                 st.grad = out.grad  # `torch.set_grad_enabled(flag)` in a helper: the mode is global, it stays
         else:
             st.heap.pop(stash, None)

@@ -20,7 +20,7 @@ from gradguard.engine.managers import managed_call
 from gradguard.engine.values import (
     EMPTY, HELD, HELD_NOTHING, NONE, NONE_ATOM, PATCHED, UNKNOWN, UNSEEN_ATTRS, Array, Const, Func, GradMode, Method,
     NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup, Unknown, const, int_of, join, is_item_attr,
-    MAX_TEXT, STR_METHODS, item_attr, item_key, join_all, key_value, literal_of, objs_of, tensor_of,
+    MAX_TEXT, STR_METHODS, is_summary, item_attr, item_key, join_all, key_value, literal_of, objs_of, tensor_of,
 )
 from gradguard.ids import gid
 
@@ -35,6 +35,7 @@ VARIABLE_CLASSES = frozenset({"torch.autograd.Variable", "torch.autograd.variabl
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}) | VARIABLE_CLASSES
 IS_LIST = "<is list>"  # on a sequence object: it is a list (a display), not a tuple it may stand for
 LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
+GLOBALS = frozenset({Ref("builtins.globals")})
 BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
 
 
@@ -120,9 +121,25 @@ class Expressions:
     def expr_Subscript(self, node, st):
         if (slot := self.registry_slot(node, st)) is not None:  # `m._parameters[name]`: what `m.name` reads
             return self.attribute(frozenset({slot[0]}), slot[1], st, node)
+        call = node.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "globals" \
+                and not call.args and not call.keywords and self.lookup("globals", st) == GLOBALS:
+            return self.global_named(self.eval(node.slice, st), st)  # `globals()[cfg["model"]]`
         base = self.eval(node.value, st)
         index = self.eval(node.slice, st)
         return self.subscript(base, index, st, node)
+
+    def global_named(self, index, st):
+        """`globals()[name]` for a name known (or one of several known): that global of this
+        frame's module as it is now; not known for any other name, or one not bound there."""
+        names = [a.value for a in index if isinstance(a, Const) and isinstance(a.value, str)]
+        if not names or len(names) != len(index):
+            return UNKNOWN
+        found = [st.get_attr(self.frame.globals, n) for n in names]
+        if any(v is None for v in found):
+            return UNKNOWN
+        return join_all(self.imported(n, v, st, self.frame.globals) if self.reads_imports else v
+                        for n, v in zip(names, found))
 
     def expr_Slice(self, node, st):
         parts = (node.lower, node.upper, node.step)
@@ -163,10 +180,15 @@ class Expressions:
             self.nonleaf_member(frozenset({Tup(exact)}), st, node)  # which element put a non-leaf in it
         out = self.make_sequence(elems, st, node, nonempty=bool(exact) or any(
             not isinstance(e, ast.Starred) for e in node.elts) or None, items=exact)
-        if isinstance(node, ast.List):  # a list display: surely a list (a sequence object may stand for a tuple)
-            for a in objs_of(out, "list"):
-                st.set_attr(a.id, IS_LIST, const(True))
-        return out
+        return self.surely_lists(out, st) if isinstance(node, ast.List) else out
+
+    @staticmethod
+    def surely_lists(v, st):
+        """`v`, whose sequence objects are lists (a display, `list(xs)`, `sorted(xs)`): a sequence
+        object may otherwise stand for a tuple (`isinstance(v, list)` is then not known)."""
+        for a in objs_of(v, "list"):
+            st.set_attr(a.id, IS_LIST, const(True))
+        return v
 
     expr_Set = expr_List
 
@@ -618,6 +640,8 @@ class Expressions:
             self.inplace(target, target.value, base, [v], st, "copy_")
             return
         for obj in base:
+            if isinstance(obj, Obj) and obj.kind == "list" and self.replace_item(obj, index, v, st, len(base) == 1):
+                continue
             if isinstance(obj, Obj) and obj.kind in ("list", "dict"):
                 st.set_attr(obj.id, "<elems>", v, strong=False)
                 self.forget_items(obj, st)
@@ -626,6 +650,21 @@ class Expressions:
             elif isinstance(obj, Obj) and obj.kind == "module" and (info := self.builtin_info(obj)) is not None \
                     and info.container:
                 self.set_module_item(obj, item_key(index), v, st, strong=len(base) == 1)
+
+    def replace_item(self, obj: Obj, index, v, st, one: bool) -> bool:
+        """`state[i] = s` on the one list `obj` is, its items known and `i` a known position in it:
+        item `i` is now `v` and the others stay what they were (`state = [None] * n_layers`, then
+        each layer's state set in its place, read back by the next step).  False when not so."""
+        items = self.exact_items(frozenset({obj}), st) if one and not is_summary(obj.id) else None
+        at = int_of(index)
+        if items is None or at is None or not -len(items) <= at < len(items):
+            return False
+        new = list(items)
+        new[at] = v
+        self.forget_items(obj, st)  # (which tensors it surely holds is worked out again when asked)
+        st.set_attr(obj.id, "<items>", frozenset({Tup(tuple(new))}))
+        st.set_attr(obj.id, "<elems>", join_all(new))
+        return True
 
     def forget_items(self, obj: Obj, st) -> None:
         """A container whose items changed one by one (`xs[i] = v`, `del xs[i]`, `xs.pop()`):
@@ -1000,6 +1039,10 @@ class Expressions:
             return self.named_tuple(a, args, kwargs, node)
         if isinstance(a, Partial):
             return self.call_value(a.func, [*a.args, *args], {**dict(a.kwargs), **kwargs}, st, node)
+        if isinstance(a, GradMode) and a.mode != "keep" and not a.leaves_inference and len(args) == 1 \
+                and not kwargs and args[0] and all(isinstance(f, Func) for f in args[0]):
+            # `torch.no_grad()(fn)`, as a decorator does: fn, run in that mode
+            return frozenset(replace(f, mode=a.mode, inference=a.inference) for f in args[0])
         return self.call_unknown(args, kwargs, st, node)
 
     def namedtuple_defaults(self, target, v, st, stmt, local) -> bool:
@@ -1509,5 +1552,8 @@ def _fold_compare(op, left, right):
             all(isinstance(a, Const) for a in left) else {None}
         return found.pop() == isinstance(op, ast.Is) if len(found) == 1 and None not in found else None
     fn = _COMPARE.get(type(op))
+    words = literal_of(left, str), literal_of(right, str)  # `cfg["loss"]["adversarial"] == "wgan_gp_loss"`
+    if isinstance(op, (ast.Eq, ast.NotEq)) and None not in words:
+        return fn(*words)
     a, b = literal_of(left, int, float), literal_of(right, int, float)
     return None if fn is None or a is None or b is None else fn(a, b)

@@ -676,6 +676,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return const(len(t.shape))
         if name == "dtype" and t.dtype is not None and len(v) == 1:  # `y.to(x.dtype)`
             return frozenset({Ref("torch." + t.dtype)})
+        if name == "device" and t.device == "cpu" and len(v) == 1:  # as `torch.device("cpu")` is: its name
+            return const("cpu")  # (a GPU's index is not known: two CUDA tensors may be on different ones)
         if name in K.GRAPH_FREE_ATTRIBUTES or not K.is_tensor_attribute(name):
             return UNKNOWN  # `out.sample`: `out` was no tensor (a model's output object), whatever we thought
         return frozenset({Method(v, name)})
@@ -1483,6 +1485,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         info = K.module_info(last) if ".nn" in dotted or dotted.startswith("nn.") else None
         if info is not None and last[:1].isupper():
             return self.make_module(last, info, args, kwargs, st, node)
+        if last == "from_pretrained" and (".nn" in dotted or dotted.startswith("nn.")):
+            return self.pretrained_module(dotted.split(".")[-2], args, kwargs, st, node)
         if last in K.FACTORIES and dotted.startswith("torch"):
             if last in K.FACTORIES_SHARING_INPUT and args and K.REQUIRES_GRAD_KEYWORD not in kwargs \
                     and any(isinstance(a, (Tensor, Unknown)) for a in args[0]):
@@ -1736,7 +1740,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if name in ("list", "tuple", "sorted", "reversed", "set", "iter", "filter"):
             src = args[-1] if name == "filter" and args else a0
             if not args:
-                return self.make_sequence(EMPTY, st, node)
+                out = self.make_sequence(EMPTY, st, node)
+                return self.surely_lists(out, st) if name == "list" else out
             items = self.exact_items(src, st)
             out = self.make_sequence(self.iter_elements(src, st), st, node,
                                      nonempty=self.is_nonempty(src, st) or None,
@@ -1748,7 +1753,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                     self.call_value(args[0], [member], {}, st.copy(), node)) is not True):
                 member = EMPTY
             self.contains(out, self.contained(src, st) if name != "filter" else frozenset(), st, member)
-            return out
+            return self.surely_lists(out, st) if name in ("list", "sorted") else out
         if name == "map" and len(args) >= 2:  # each call makes its own containers (`map(list, zip(*rows))`)
             items = self.exact_items(args[1], st) if len(args) == 2 else None
             self.cx.unrolling += 1
@@ -1929,6 +1934,19 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         self.cx.module_kind[obj.id] = cls_name
         st.heap[obj.id] = self.library_attrs(obj, cls_name, info, args, kwargs, st, node, self.new_module())
         return frozenset({obj})
+
+    def pretrained_module(self, cls_name, args, kwargs, st, node):
+        """`nn.Embedding.from_pretrained(weights, freeze=True)` (and EmbeddingBag's): the layer,
+        sized by the weights' shape, its weight frozen unless `freeze` is false."""
+        info = K.module_info(cls_name)
+        if info is None or not info.has_params:
+            return UNKNOWN
+        shape = shape_of(args[0]) if args else None
+        sizes = [const(n) for n in shape] if shape is not None and len(shape) == 2 else []
+        m = self.make_module(cls_name, info, sizes, {}, st, node)
+        freeze = self.truth_of(kwargs.get("freeze", args[1] if len(args) > 1 else const(True)))
+        self.set_module_rg(next(iter(m)).id, const(not freeze) if freeze is not None else UNKNOWN, st)
+        return m
 
     def new_module(self) -> dict:
         """The heap attributes of a module its constructor made here: no hooks, in training mode."""

@@ -156,6 +156,10 @@ class Func:
     bound: Optional[frozenset] = None  # `self` value for bound methods
     kind: str = "function"  # "function" | "staticmethod" | "classmethod" | "property" | "cached_property"
     closure: tuple = ()  # (name, value) of the enclosing function's locals it reads (a decorator's `fn`)
+    # the grad mode it runs in when a mode wrapped it, `torch.no_grad()(fn)` (a project's decorator
+    # returning that): False, True, or "keep" (the caller's); `inference`: `torch.inference_mode()(fn)`
+    mode: object = "keep"
+    inference: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+# expect: clean
+# shape: the same recurrent stack whose layers add to their state out of place (z = z + k): what the previous step saved stays as it was
+import torch
+import torch.nn as nn
+
+
+class RecurrentCell(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, state=None):
+        k = torch.sigmoid(self.proj(x))
+        z = x.new_zeros(x.shape) if state is None else state
+        z = z + k
+        return torch.einsum("nd,nd->nd", x, z), z
+
+
+class Stack(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.layers = nn.ModuleList([RecurrentCell(dim) for _ in range(depth)])
+
+    def forward(self, x, state=None):
+        if state is None:
+            state = [None] * len(self.layers)
+        for i, layer in enumerate(self.layers):
+            x, s = layer(x, state[i])
+            state[i] = s
+        return x, state
+
+
+model = Stack(8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+seq = torch.randn(5, 4, 8)
+state = None
+losses = []
+for t in range(seq.shape[0]):
+    out, state = model(seq[t], state)
+    losses.append(out.pow(2).mean())
+loss = torch.stack(losses).mean()
+opt.zero_grad()
+loss.backward()
+opt.step()
