@@ -2731,6 +2731,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         x = args[0] if args else (next(iter(kwargs.values())) if kwargs else UNKNOWN)
         if info is not None and info.name in K.DROPOUTS.modules and st.get_attr(m.id, "training") == const(False):
             return x  # in eval mode a dropout layer returns its input itself
+        if info is not None and info.returns_input and len(args) + len(kwargs) == 1:
+            return x  # `nn.Identity()`: its input itself, a head left out by a config
         if info is not None and info.container:
             layers = self.exact_items(frozenset({m}), st)
             if layers is None:
