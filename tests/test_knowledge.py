@@ -1041,3 +1041,31 @@ def test_inplace_reshapes_change_the_tensor_like_their_out_of_place_op():
         base = getattr(torch.zeros(before), name[:-1], None)
         assert base is None or base(*args).shape == x.shape, name
     assert hasattr(torch.Tensor, "resize_as_") and hasattr(torch.Tensor, "set_")
+
+
+def test_autocast_lower_precision_ops_cast_their_inputs():
+    """Each op of the autocast table gives a bfloat16 result from float32 inputs under CPU
+    bfloat16 autocast: it ran on cast copies (what it saves for backward)."""
+    torch = _torch()
+    import torch.nn.functional as F
+
+    a, m = torch.randn(2, 3, 3), torch.randn(3, 3)
+    image, signal, volume = torch.randn(1, 2, 5, 5), torch.randn(1, 2, 5), torch.randn(1, 2, 5, 5, 5)
+    calls = {
+        "__matmul__": lambda: a.__matmul__(a), "__rmatmul__": lambda: a.__rmatmul__(a), "matmul": lambda: a @ a,
+        "addbmm": lambda: torch.addbmm(m, a, a), "addmm": lambda: torch.addmm(m, m, m),
+        "baddbmm": lambda: torch.baddbmm(a, a, a), "bmm": lambda: torch.bmm(a, a), "mm": lambda: m.mm(m),
+        "conv1d": lambda: F.conv1d(signal, torch.randn(2, 2, 3)), "conv2d": lambda: F.conv2d(image, torch.randn(2, 2, 3, 3)),
+        "conv3d": lambda: F.conv3d(volume, torch.randn(2, 2, 3, 3, 3)),
+        "conv_transpose1d": lambda: F.conv_transpose1d(signal, torch.randn(2, 2, 3)),
+        "conv_transpose2d": lambda: F.conv_transpose2d(image, torch.randn(2, 2, 3, 3)),
+        "conv_transpose3d": lambda: F.conv_transpose3d(volume, torch.randn(2, 2, 3, 3, 3)),
+        "einsum": lambda: torch.einsum("ij,jk->ik", m, m), "linear": lambda: F.linear(m, m),
+        "prelu": lambda: F.prelu(m, torch.tensor([0.1])),
+        "scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(a, a, a),
+        "tensordot": lambda: torch.tensordot(m, m, 1),
+    }
+    assert set(calls) == set(K.AUTOCAST_LOWER_PRECISION)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for name, call in calls.items():
+            assert call().dtype == torch.bfloat16, name

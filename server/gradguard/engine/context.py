@@ -112,6 +112,7 @@ class Context:
         self.default_cpu = "set_default_device" not in source and re.search(r"with\s+torch\.device\b", source) is None
         self.no_grad_sites: list = []  # the no_grad blocks / decorated functions being executed
         self.inference_sites: list = []  # the inference_mode blocks being executed (see `stmt_With`)
+        self.autocasts = 0  # autocast blocks being executed (see `op_result`: some ops save cast copies)
         self.entered_modes: list = []  # grad modes entered by `mode.__enter__()`: what `__exit__` restores
         self.managed_funcs: set = set()  # `@contextmanager` functions (see managers.py)
         self.pending_yield = None  # what the next call's `yield` runs: a `with` body (see `with_managed`)

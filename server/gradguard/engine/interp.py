@@ -345,12 +345,15 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
         if item.optional_vars is not None:
             self.assign(item.optional_vars, self.enter_value(ctx), st, s)
         self.frame.with_grads.append(saved_grad)
+        casting = any(isinstance(a, GradMode) and a.autocast for a in ctx)
+        self.cx.autocasts += casting
         try:
             out = self.exec_block(s.body, st)
         finally:
             del self.cx.no_grad_sites[sites:]
             del self.cx.inference_sites[inference:]
             self.frame.with_grads.pop()
+            self.cx.autocasts -= casting
         if out is not None:
             out.grad = saved_grad
         return out

@@ -361,6 +361,9 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if rg is True:
             self.saved_inference(node, info, bound, arg_nodes)
         saved_names, saved_objs, saves, sure_saves, saved_sure = set(), set(), False, False, []
+        # under autocast, an op run in lower precision saves cast copies of its inputs: their storages are not
+        # what it saved (it still saved tensors: freeing its graph matters)
+        casts = self.cx.autocasts > 0 and info.name.split(".")[-1] in K.AUTOCAST_LOWER_PRECISION
         for inp, names in info.saves.items():
             v = bound.get(inp)
             t = tensor_of(v) if v is not None else None
@@ -379,7 +382,10 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if sv is None:
                     continue
                 st_t = tensor_of(sv)
-                if st_t is not None:
+                if st_t is not None and casts:
+                    saved_names.add(n)
+                    saves = True
+                elif st_t is not None:
                     saved_objs |= st_t.objs
                     saved_names.add(n)
                     saves = True
@@ -1447,7 +1453,8 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             self.cx.grad_off_call = node if flag is False else None
             return frozenset({GradMode(flag)})
         if last in ("autocast",):
-            return frozenset({GradMode("keep")})
+            off = "enabled" in kwargs and self.truth_of(kwargs["enabled"]) is False
+            return frozenset({GradMode("keep", autocast=not off)})
         if dotted in K.MODULE_WRAPPERS and args and objs_of(args[0], "module"):
             return args[0]
         if last in ("GradScaler",):

@@ -222,6 +222,7 @@ class GradMode:
     mode: object
     inference: bool = False
     leaves_inference: bool = False  # `torch.inference_mode(False)`: grad on, and out of inference mode
+    autocast: bool = False  # `torch.autocast(...)` not surely disabled: some ops save cast copies of their inputs
 
 
 @dataclass(frozen=True)

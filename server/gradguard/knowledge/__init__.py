@@ -109,7 +109,7 @@ __all__ = [
     "DEFAULT_FLOAT_FACTORIES",
     "PYTHON_NUMBERS", "PYTHON_CONSTANTS", "TYPED_FACTORIES", "FUNCTIONAL_CALLS",
     "INPUT_DTYPE_FACTORIES",
-    "SAME_DTYPE_OPS", "DTYPE_METHODS", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
+    "SAME_DTYPE_OPS", "DTYPE_METHODS", "AUTOCAST_LOWER_PRECISION", "BACKWARD_CALLS", "PARAMETER_CLASSES", "MODULE_WRAPPERS", "MODULE_METHODS", "MODULE_ATTRIBUTES",
     "NUMPY_TO_TORCH", "DISTRIBUTIONS", "TORCH_VERSION", "CHECKPOINT", "DROPOUTS", "REPARAMETRIZATIONS",
     "THREAD_POOLS",
 ]
@@ -702,6 +702,8 @@ def _api_table(name: str):
         return frozenset(api["shapes"]["input_dtype_factories"])
     if name == "SAME_DTYPE_OPS":
         return frozenset(api["shapes"]["same_dtype"])
+    if name == "AUTOCAST_LOWER_PRECISION":
+        return frozenset(api["autocast"]["lower_precision"])
     if name == "DTYPE_METHODS":
         return FrozenMap(api["shapes"]["dtype_methods"])
     if name == "INDEX_SHAPE_OPS":
