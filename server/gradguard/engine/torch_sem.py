@@ -127,6 +127,27 @@ def _tri_or(values) -> object:
     return None
 
 
+INDEX_TENSOR = frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), dtype="int64")})
+
+
+def _index_kind(index) -> str:
+    """How `x[index]` indexes, for an index that is no tensor: "basic" (numbers, slices, None,
+    `...`: a view), "advanced" (an ndarray or a list: a copy) or "either" (one not known, such as
+    `np.random.choice(n, 1)`, which may be an array or a number)."""
+    kinds = set()
+    for a in index:
+        if isinstance(a, Tup):  # `x[:, idx]`: advanced if any part is
+            parts = {_index_kind(item) for item in a.items} or {"basic"}
+            kinds.add("advanced" if "advanced" in parts else "basic" if parts == {"basic"} else "either")
+        elif isinstance(a, Array) and a.ndarray or isinstance(a, Obj) and a.kind == "list":
+            kinds.add("advanced")
+        elif isinstance(a, Num) or isinstance(a, Const) and not isinstance(a.value, bool):
+            kinds.add("basic")
+        else:
+            kinds.add("either")
+    return kinds.pop() if len(kinds) == 1 else "either"
+
+
 class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shapes, Arrays, Datasets):
     # ----------------------------------------------------------------- small helpers
     def builtin(self, name):
@@ -452,7 +473,13 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             out = self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
             return self.with_shape(out, self.gathered_shape(tensor_of(base), index)) if len(out) == 1 else out
         t = tensor_of(base)
-        return self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
+        view = self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
+        kind = _index_kind(index)
+        if kind == "basic":
+            return view
+        # an array or a list indexes as torch converts it, a tensor of indices: a copy, not a view
+        copy = self.apply_op("__getitem__", node, [base, INDEX_TENSOR], {}, st, arg_nodes=[node.value, node.slice])
+        return copy if kind == "advanced" else join(view, copy)
 
     @staticmethod
     def gathered_shape(t: Tensor | None, index) -> tuple | None:
