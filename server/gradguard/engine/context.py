@@ -134,6 +134,7 @@ class Context:
         self.unrolling = 0  # loops and comprehensions being run item by item (see `container_id`)
         self.member_nodes: dict = {}  # non-leaf tensor -> the list element that put it in a list (see raises.py)
         self.nested_withs: dict = {}  # `with a, b:` -> the `with a: with b:` it runs as
+        self.comprehension_loops: dict = {}  # list comprehension -> the `for` loop it runs as (see `comprehension_loop`)
         self.unrolled_work = 1  # the product of the item counts of the loops being unrolled (see `unrolls`)
         self.statement_counts: dict = {}  # loop -> the statements of its body
         self.has_call: dict = {}  # expression -> whether a call is in it (see `Expressions.held`)

@@ -489,6 +489,9 @@ class Expressions:
         if exact is not None:
             items = tuple(v for v, in exact)
             return self.known_sequence(items, st, node)
+        looped = self.comprehension_loop(node, it, st)
+        if looped is not None:
+            return looped
         (v,), keeps_all = self.comprehension(node, st, [node.elt], first=it)
         # one element per element of a sequence that surely has one: not empty either
         once = len(node.generators) == 1 and not node.generators[0].ifs and self.is_nonempty(it, st)

@@ -594,6 +594,29 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
 
     stmt_AsyncFor = stmt_For
 
+    def comprehension_loop(self, node, it, st):
+        """`[self.train_step(b) for b in stream]`: a list comprehension whose element runs a
+        backward or a step is the loop it stands for, run as a `for` loop is (its first
+        iterations one by one: the second one's error is found), appending each element to a
+        list; None where that is not how it runs (several generators, every path raising)."""
+        gen = node.generators[0] if len(node.generators) == 1 else None
+        if gen is None or gen.is_async or not self.loop_statefulness(self.frame.module).touches(node):
+            return None
+        loop = self.cx.comprehension_loops.get(node)
+        if loop is None:
+            loop = self.cx.comprehension_loops[node] = _as_loop(node, gen)
+        inner = st.copy()
+        inner.env[ELEMENTS] = self.make_sequence(EMPTY, inner, node)
+        holder = ("for", self.frame.ctx, gid(loop))
+        inner.heap[holder] = {"<iter>": it}
+        out = self.for_loop(loop, inner, lambda now: now.heap[holder]["<iter>"])
+        if out is None:
+            return None
+        out.heap.pop(holder, None)
+        made = out.env[ELEMENTS]
+        self.leave_comprehension(node, st, out)
+        return made
+
     def stmt_While(self, s, st):
         truth = self.static_truth(s.test, st)
         if truth is False:
@@ -728,6 +751,25 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
             if fr.func is not None:
                 return fr.func
         return None
+
+
+ELEMENTS = "<elements>"  # in a comprehension run as a loop: the list its elements are appended to
+
+
+def _as_loop(node, gen) -> ast.For:
+    """The `for` statement a one-generator list comprehension stands for: `for target in iter:
+    [if cond: ...] <elements>.append(elt)`, each made node with an id derived from the
+    comprehension's, at its place."""
+    def made(n, part):
+        ast.copy_location(n, node)
+        n.end_lineno, n.end_col_offset = node.end_lineno, node.end_col_offset
+        return derived(node, n, part)
+    sink = made(ast.Name(id=ELEMENTS, ctx=ast.Load()), "elements")
+    append = made(ast.Attribute(value=sink, attr="append", ctx=ast.Load()), "append")
+    body = made(ast.Expr(value=made(ast.Call(func=append, args=[node.elt], keywords=[]), "call")), "expr")
+    for k, cond in enumerate(reversed(gen.ifs)):
+        body = made(ast.If(test=cond, body=[body], orelse=[]), f"if{k}")
+    return made(ast.For(target=gen.target, iter=gen.iter, body=[body], orelse=[], type_comment=None), "loop")
 
 
 def _called_name(expr) -> str:

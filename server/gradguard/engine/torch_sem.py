@@ -141,6 +141,9 @@ def _index_kind(index) -> str:
             kinds.add("advanced" if "advanced" in parts else "basic" if parts == {"basic"} else "either")
         elif isinstance(a, Array) and a.ndarray or isinstance(a, Obj) and a.kind == "list":
             kinds.add("advanced")
+        elif isinstance(a, Tensor):  # inside a tuple (`G[:, parent[i]]`): a 0-d integer tensor indexes as a
+            # number does; one of a dimension or more as an array (its shape not known: taken for a number)
+            kinds.add("advanced" if a.shape or a.dtype == "bool" else "basic")
         elif isinstance(a, Num) or isinstance(a, Const) and not isinstance(a.value, bool):
             kinds.add("basic")
         else:
