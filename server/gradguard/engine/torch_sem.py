@@ -36,7 +36,7 @@ from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, PATCHED, SUMMARY, UNKNOWN, UNSEEN_ATTRS,
     Array, Const, Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup,
     Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, key_value,
-    literal_of, map_tensors, objs_of, str_method, tensor_of,
+    literal_of, map_tensors, objs_of, sole_storage, str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 from gradguard.ids import gid, number
@@ -417,7 +417,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                         pt = tensor_of(part)
                         if len(part) == 1 and pt is not None:  # surely this tensor: saved, of this storage if one
                             sure_saves = True
-                            saved_sure.extend((o, n) for o in pt.objs if len(pt.objs) == 1)
+                            saved_sure.extend((o, n) for o in sole_storage(pt.objs))
                 elif self.kind(sv) == "number" and n in info.tensor_params:  # `x * 2` saves the 2, wrapped
                     saved_names.add(n)
                     saves = sure_saves = True
@@ -514,7 +514,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return target_val  # (the tensor stays the leaf it was: no graph, no `.grad` warning)
         elif key in self.cx.facts.inplaces and not self.cx.facts.inplaces[key].leaf_requires_grad:
             del self.cx.facts.inplaces[key]  # a leaf error seen on one real path stays
-        sure = t.objs if definite and len(t.objs) == 1 else frozenset()
+        sure = sole_storage(t.objs) if definite else frozenset()
         hit, sure_hit = self.version_bump(node, t.objs, st, sure)
         if hit:  # the values in hand were read before the bump
             sure_marks = frozenset((DIRTY, r) for r in sure_hit)

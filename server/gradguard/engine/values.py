@@ -39,6 +39,16 @@ def is_summary(ident: tuple) -> bool:
     return ident[-1] == SUMMARY
 
 
+def sole_storage(objs: frozenset) -> frozenset:
+    """The one runtime storage a tensor with these storage ids surely is, as a set (empty when
+    it may be several): its only id, or an `nn.Parameter`'s own id beside the module parameter
+    sets it belongs to (`("params", module)`, which stand for all of a module's parameters)."""
+    if len(objs) == 1:
+        return objs
+    own = [o for o in objs if o[0] != "params"]
+    return frozenset(own) if len(own) == 1 and own[0][0] == "param" else frozenset()
+
+
 def tri_join(a: Tri, b: Tri) -> Tri:
     return a if a == b else None
 
