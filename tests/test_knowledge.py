@@ -983,6 +983,10 @@ def test_numpy_arrays_match_numpy():
     assert call_numpy("sqrt", [frozenset({ints})], {}) == frozenset({Array((4,), None)})  # float64, not int64
     assert tuple(call_numpy("full", [value((2,)), value(1)], {}))[0].dtype == str(np.full((2,), 1).dtype)
     assert call_numpy("random.uniform", [value(-1.0), value(1.0)], {}) is None  # a Python float
+    (drawn,) = tuple(call_numpy("random.choice", [value(5), value((2, 3))], {}))  # indices: an ndarray
+    made = np.random.choice(5, (2, 3))
+    assert (drawn.shape, drawn.dtype, drawn.ndarray) == (made.shape, str(made.dtype), True)
+    assert call_numpy("random.choice", [value(5)], {}) is None and np.ndim(np.random.choice(5)) == 0  # one item
     for name in t.keep_dtype | t.float32:
         made = getattr(torch, name)(x)
         assert (tuple(made.shape), str(made.dtype).split(".")[-1]) == tensor_from_array(name, array), name

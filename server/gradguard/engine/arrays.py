@@ -13,7 +13,7 @@ import ast
 
 from gradguard import knowledge as K
 from gradguard.engine.shapes import broadcast, indexed, numel, reshaped, sizes
-from gradguard.engine.values import UNKNOWN, Array, Const, Method, Num, Ref, const, int_of
+from gradguard.engine.values import NONE, UNKNOWN, Array, Const, Method, Num, Ref, const, int_of
 
 _FLOATS = frozenset({"float16", "float32", "float64"})
 _DTYPES = _FLOATS | {"int8", "int16", "int32", "int64", "uint8", "bool"}
@@ -67,6 +67,15 @@ def call_numpy(name: str, args: list, kwargs: dict):
             else fill_dtype(args[1], "float64") if name == "full" and len(args) > 1 \
             else None if name == "full" else "int64" if name in t.int_factories else "float64"
         return frozenset({Array(sizes([given]), dtype, ndarray=True, unit=name in t.unit_draws)})
+    if name == "random.choice" and set(kwargs) <= {"size", "replace", "p"}:
+        # `np.random.choice(n, size)`: an ndarray of that size, of ints when drawn from `range(n)`
+        # (of the array's dtype when drawn from one); no size: one item, no array
+        size = kwargs.get("size", args[1] if len(args) > 1 else None)
+        pool = args[0] if args else None
+        if size is None or size == NONE or pool is None:
+            return None
+        dtype = "int64" if int_of(pool) is not None else array_of(pool).dtype if array_of(pool) else None
+        return frozenset({Array(sizes([size]), dtype, ndarray=True)})
     if name == "linspace" and set(kwargs) <= {"num", "dtype"}:
         num = int_of(kwargs.get("num", args[2] if len(args) > 2 else const(50)))
         return frozenset({Array((num if num is not None and num >= 0 else None,),

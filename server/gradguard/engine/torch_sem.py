@@ -36,7 +36,7 @@ from gradguard.engine.values import (
     CARRIES, DIRTY, EMPTY, FREED, HELD, HELD_NOTHING, MAX_FOLDED, NONE, PATCHED, SUMMARY, UNKNOWN, UNSEEN_ATTRS,
     Array, Const, Func, GradMode, Method, NamedTupleType, Num, Obj, Partial, Ref, Span, Super, Tensor, Token, Tup,
     Unknown, const, int_of, is_item_attr, is_sequence, is_summary, item_attr, item_key, join, join_all, key_value,
-    literal_of, map_tensors, objs_of, sole_storage, str_method, tensor_of,
+    SomeSlice, literal_of, map_tensors, objs_of, sole_storage, str_method, tensor_of,
 )
 from gradguard.facts import Accumulation, Backward, GradRead, Inplace, Region, Step
 from gradguard.ids import gid, number
@@ -130,21 +130,26 @@ def _tri_or(values) -> object:
 INDEX_TENSOR = frozenset({Tensor(rg=False, leaf=True, deps=frozenset(), dtype="int64")})
 
 
-def _index_kind(index) -> str:
+def _index_kind(index, written=None) -> str:
     """How `x[index]` indexes, for an index that is no tensor: "basic" (numbers, slices, None,
-    `...`: a view), "advanced" (an ndarray or a list: a copy) or "either" (one not known, such as
-    `np.random.choice(n, 1)`, which may be an array or a number)."""
+    `...`: a view), "advanced" (an ndarray or a list: a copy) or "either" (one not known, which
+    may be an array: `batch["idx"]`, a numpy value that may be a scalar).  `written`, the index's
+    syntax: a slice written out is one whatever its bounds (`x[:, :n]`), as is a `slice(a, b)`."""
+    if isinstance(written, ast.Slice) or isinstance(written, ast.Constant) and not isinstance(written.value, bool):
+        return "basic"
     kinds = set()
     for a in index:
         if isinstance(a, Tup):  # `x[:, idx]`: advanced if any part is
-            parts = {_index_kind(item) for item in a.items} or {"basic"}
+            elts = written.elts if isinstance(written, ast.Tuple) and len(written.elts) == len(a.items) and not any(
+                isinstance(e, ast.Starred) for e in written.elts) else [None] * len(a.items)
+            parts = {_index_kind(item, e) for item, e in zip(a.items, elts)} or {"basic"}
             kinds.add("advanced" if "advanced" in parts else "basic" if parts == {"basic"} else "either")
         elif isinstance(a, Array) and a.ndarray or isinstance(a, Obj) and a.kind == "list":
             kinds.add("advanced")
         elif isinstance(a, Tensor):  # inside a tuple (`G[:, parent[i]]`): a 0-d integer tensor indexes as a
             # number does; one of a dimension or more as an array (its shape not known: taken for a number)
             kinds.add("advanced" if a.shape or a.dtype == "bool" else "basic")
-        elif isinstance(a, Num) or isinstance(a, Const) and not isinstance(a.value, bool):
+        elif isinstance(a, (Num, SomeSlice)) or isinstance(a, Const) and not isinstance(a.value, bool):
             kinds.add("basic")
         else:
             kinds.add("either")
@@ -477,7 +482,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
             return self.with_shape(out, self.gathered_shape(tensor_of(base), index)) if len(out) == 1 else out
         t = tensor_of(base)
         view = self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
-        kind = _index_kind(index)
+        kind = _index_kind(index, getattr(node, "slice", None))
         if kind == "basic":
             return view
         # an array or a list indexes as torch converts it, a tensor of indices: a copy, not a view
@@ -904,7 +909,7 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         subscript `start:stop:step` makes."""
         bounds = [None if a == NONE else int_of(a) for a in args]
         if not 1 <= len(args) <= 3 or any(b is None and a != NONE for a, b in zip(args, bounds)):
-            return UNKNOWN
+            return frozenset({SomeSlice()}) if 1 <= len(args) <= 3 else UNKNOWN
         parts = ([None] + bounds if len(bounds) == 1 else bounds) + [None] * (3 - max(len(bounds), 2))
         return const(Span(*parts)) if parts[2] != 0 else UNKNOWN
 

@@ -245,6 +245,12 @@ class Unknown:
     dropped: int = 0
 
 
+@dataclass(frozen=True)
+class SomeSlice(Unknown):
+    """A slice object whose bounds are not known (`slice(start, start + size)`): any value, but
+    one that indexes as a slice does (a view), as `x[a:b]` written out would."""
+
+
 UNKNOWN = frozenset({Unknown()})
 NONE_ATOM = Const(None)
 NONE = frozenset({NONE_ATOM})
