@@ -411,18 +411,15 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
                 if sv is None:
                     continue
                 st_t = tensor_of(sv)
-                if st_t is not None and casts:
-                    saved_names.add(n)
-                    saves = True
-                elif st_t is not None:
-                    saved_objs |= st_t.objs
+                if st_t is not None:
+                    saved_objs |= frozenset() if casts else st_t.objs
                     saved_names.add(n)
                     saves = True
                     for part in (parts or {}).get(n, (sv,)):
                         pt = tensor_of(part)
                         if len(part) == 1 and pt is not None:  # surely this tensor: saved, of this storage if one
-                            sure_saves = True
-                            saved_sure.extend((o, n) for o in sole_storage(pt.objs))
+                            sure_saves = True  # (a cast copy too: freeing it matters as much)
+                            saved_sure.extend((o, n) for o in (() if casts else sole_storage(pt.objs)))
                 elif self.kind(sv) == "number" and n in info.tensor_params:  # `x * 2` saves the 2, wrapped
                     saved_names.add(n)
                     saves = sure_saves = True
