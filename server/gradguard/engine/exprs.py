@@ -35,7 +35,7 @@ VARIABLE_CLASSES = frozenset({"torch.autograd.Variable", "torch.autograd.variabl
 TENSOR_CLASSES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter"}) | VARIABLE_CLASSES
 IS_LIST = "<is list>"  # on a sequence object: it is a list (a display), not a tuple it may stand for
 LIBRARY_BASES = {"torch.nn.Module": "module", "torch.optim.Optimizer": "optimizer"}  # class -> Obj kind of its instances
-GLOBALS = frozenset({Ref("builtins.globals")})
+BUILTIN_GLOBALS = frozenset({Ref("builtins.globals")})  # the builtin `globals` itself
 BUILTIN_CLASSES = {"builtins." + t.__name__: t for t in (int, float, bool, str, list, tuple, dict)}
 
 
@@ -123,7 +123,7 @@ class Expressions:
             return self.attribute(frozenset({slot[0]}), slot[1], st, node)
         call = node.value
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "globals" \
-                and not call.args and not call.keywords and self.lookup("globals", st) == GLOBALS:
+                and not call.args and not call.keywords and self.lookup("globals", st) == BUILTIN_GLOBALS:
             return self.global_named(self.eval(node.slice, st), st)  # `globals()[cfg["model"]]`
         base = self.eval(node.value, st)
         index = self.eval(node.slice, st)
@@ -135,11 +135,8 @@ class Expressions:
         names = [a.value for a in index if isinstance(a, Const) and isinstance(a.value, str)]
         if not names or len(names) != len(index):
             return UNKNOWN
-        found = [st.get_attr(self.frame.globals, n) for n in names]
-        if any(v is None for v in found):
-            return UNKNOWN
-        return join_all(self.imported(n, v, st, self.frame.globals) if self.reads_imports else v
-                        for n, v in zip(names, found))
+        found = [self.global_value(n, st) for n in names]
+        return UNKNOWN if any(v is None for v in found) else join_all(found)
 
     def expr_Slice(self, node, st):
         parts = (node.lower, node.upper, node.step)

@@ -102,10 +102,16 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
             return self.imported(name, v, st, None) if self.reads_imports else v
         if not fr.is_module and name in fr.locals:
             return EMPTY
-        v = st.get_attr(fr.globals, name)
-        if v is not None:
-            return self.imported(name, v, st, fr.globals) if self.reads_imports else v
-        return self.builtin(name)
+        v = self.global_value(name, st)
+        return v if v is not None else self.builtin(name)
+
+    def global_value(self, name: str, st: State):
+        """The global `name` of this frame's module as it is now (what it imports read when it is
+        used), None when not bound there."""
+        v = st.get_attr(self.frame.globals, name)
+        if v is not None and self.reads_imports:
+            return self.imported(name, v, st, self.frame.globals)
+        return v
 
     def bases_of(self, cls_id, st: State) -> list:
         """A class's bases in the order its class statement lists them (the order Python looks
@@ -505,10 +511,14 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
 
     # ----------------------------------------------------------------- loops
     def stmt_For(self, s, st):
-        # The iterable stays in the state while the loop runs, so that what an iteration marks on
-        # an item (a backward freeing its graph) is what a later iteration reads of it.
+        return self.for_over(s, self.eval(s.iter, st), st)
+
+    def for_over(self, s, it, st):
+        """The `for` loop `s` over the iterable value `it`, evaluated already.  The iterable stays
+        in the state while the loop runs, so that what an iteration marks on an item (a backward
+        freeing its graph) is what a later iteration reads of it."""
         holder = ("for", self.frame.ctx, gid(s))
-        st.heap[holder] = {"<iter>": self.eval(s.iter, st)}
+        st.heap[holder] = {"<iter>": it}
         out = self.for_loop(s, st, lambda now: now.heap[holder]["<iter>"])
         if out is not None:
             out.heap.pop(holder, None)
@@ -607,12 +617,9 @@ class Interpreter(Calls, Imports, Expressions, TorchSemantics, UserContexts):
             loop = self.cx.comprehension_loops[node] = _as_loop(node, gen)
         inner = st.copy()
         inner.env[ELEMENTS] = self.make_sequence(EMPTY, inner, node)
-        holder = ("for", self.frame.ctx, gid(loop))
-        inner.heap[holder] = {"<iter>": it}
-        out = self.for_loop(loop, inner, lambda now: now.heap[holder]["<iter>"])
+        out = self.for_over(loop, it, inner)
         if out is None:
             return None
-        out.heap.pop(holder, None)
         made = out.env[ELEMENTS]
         self.leave_comprehension(node, st, out)
         return made

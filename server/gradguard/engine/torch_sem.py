@@ -477,11 +477,12 @@ class TorchSemantics(ModuleHooks, DeepCopies, ArgumentParsers, RaiseChecks, Shap
         if tensor_of(index) is not None:
             out = self.apply_op("__getitem__", node, [base, index], {}, st, arg_nodes=[node.value, node.slice])
             return self.with_shape(out, self.gathered_shape(tensor_of(base), index)) if len(out) == 1 else out
-        t = tensor_of(base)
-        view = self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
         kind = _index_kind(index, getattr(node, "slice", None))
-        if kind == "basic":
-            return view
+        if kind != "advanced":
+            t = tensor_of(base)
+            view = self.with_shape(self.view_of(base, node, st), self.indexed_shape(t, index) if t is not None else None)
+            if kind == "basic":
+                return view
         # an array or a list indexes as torch converts it, a tensor of indices: a copy, not a view
         copy = self.apply_op("__getitem__", node, [base, INDEX_TENSOR], {}, st, arg_nodes=[node.value, node.slice])
         return copy if kind == "advanced" else join(view, copy)
